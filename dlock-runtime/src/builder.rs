@@ -1,0 +1,126 @@
+//! `LockClientBuilder`: the settings of a client and their defaults.
+
+use std::time::Duration;
+
+use crate::client::LockClient;
+use crate::error::LockError;
+
+/// Default lease kept alive by the watchdog (Redisson's `lockWatchdogTimeout`).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// Default time `acquire` waits for a held lock before `LockError::Timeout`.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+/// Default prefix of every Redis key and channel dlock creates.
+pub const DEFAULT_PREFIX: &str = "dlock:";
+
+/// Builds a [`LockClient`]; start with [`LockClient::builder`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), dlock_runtime::LockError> {
+/// use std::time::Duration;
+/// let client = dlock_runtime::LockClient::builder("redis://127.0.0.1:6379")
+///     .connections(2)
+///     .default_ttl(Duration::from_secs(10))
+///     .key_prefix("myapp:lock:")
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct LockClientBuilder {
+    pub(crate) url: String,
+    pub(crate) connections: usize,
+    pub(crate) default_ttl: Duration,
+    pub(crate) default_wait: Duration,
+    pub(crate) prefix: String,
+    pub(crate) response_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) latch_ttl: Duration,
+}
+
+impl LockClientBuilder {
+    pub(crate) fn new(url: String) -> Self {
+        LockClientBuilder {
+            url,
+            connections: 1,
+            default_ttl: DEFAULT_TTL,
+            default_wait: DEFAULT_WAIT,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            response_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            latch_ttl: Duration::from_secs(30),
+        }
+    }
+
+    /// Command connections (multiplexed, auto-reconnecting), used round-robin; default 1. The
+    /// client opens this many plus one pub/sub connection shared by all waiters, whatever the
+    /// number of waiters or held locks.
+    pub fn connections(mut self, n: usize) -> Self {
+        self.connections = n;
+        self
+    }
+
+    /// The lease of locks that do not set `.ttl()`; the watchdog renews it every third.
+    pub fn default_ttl(mut self, ttl: Duration) -> Self {
+        self.default_ttl = ttl;
+        self
+    }
+
+    /// How long `acquire` waits when the lock does not set `.wait()`.
+    pub fn default_wait(mut self, wait: Duration) -> Self {
+        self.default_wait = wait;
+        self
+    }
+
+    /// Prefix of every key and channel (default `dlock:`). Must not contain `{` or `}`: the
+    /// lock name is the cluster hash tag.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long one Redis reply may take before the command counts as failed (default 5 s).
+    /// An acquire whose reply times out is treated as cancelled: its possible hold is released.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How long opening a connection may take (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long Redis remembers the result of each release so a retried release is not applied
+    /// twice (default 30 s). Must exceed the time a release may be retried for.
+    pub fn release_latch(mut self, ttl: Duration) -> Self {
+        self.latch_ttl = ttl;
+        self
+    }
+
+    /// Checks the settings, connects, and starts the watchdog and the waiter subscriber.
+    pub async fn build(self) -> Result<LockClient, LockError> {
+        let bad = |reason: String| Err(LockError::invalid("", reason));
+        if self.connections == 0 {
+            return bad("connections must be at least 1".into());
+        }
+        if self.prefix.contains(['{', '}']) {
+            return bad(format!(
+                "key prefix {:?} contains a brace; the lock name must be the only hash tag",
+                self.prefix
+            ));
+        }
+        for (what, d) in [
+            ("default_ttl", self.default_ttl),
+            ("response_timeout", self.response_timeout),
+            ("connect_timeout", self.connect_timeout),
+            ("release_latch", self.latch_ttl),
+        ] {
+            if d.is_zero() {
+                return bad(format!("{what} must be greater than zero"));
+            }
+        }
+        LockClient::from_builder(self).await
+    }
+}

@@ -1,0 +1,198 @@
+//! `LockGuard`: proof of a hold, released on every way out.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::LockClient;
+use crate::error::LockError;
+use crate::hold::Hold;
+use crate::scope;
+use crate::scripts;
+
+/// One hold of a lock. Release it with [`LockGuard::release`] to see errors and to know the
+/// lock is free when the call returns; dropping it (panic, `?`, a cancelled future) stops the
+/// watchdog at once and releases in the background on the current tokio runtime.
+///
+/// `Send + Sync`, so it can live across `.await` in a `Send` future (axum handlers).
+#[must_use = "dropping the guard releases the lock at once"]
+pub struct LockGuard {
+    client: LockClient,
+    hold: Arc<Hold>,
+    released: bool,
+}
+
+impl LockGuard {
+    pub(crate) fn new(client: LockClient, hold: Arc<Hold>) -> Self {
+        LockGuard {
+            client,
+            hold,
+            released: false,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.hold.name
+    }
+
+    /// The fencing token of this hold: it grows with every free -> held transition of the lock,
+    /// so a later holder always has a larger one. Pass it to the resource you protect and make
+    /// it reject writes carrying a smaller token than it has seen; that, not the lease, is what
+    /// keeps a paused or partitioned former holder from doing damage. Re-entries report the
+    /// enclosing hold's token. Tokens live in a key without TTL next to the lock; they restart
+    /// if Redis loses its data (no persistence, failover to a replica that missed the write).
+    pub fn fencing_token(&self) -> u64 {
+        self.hold.token.load(Ordering::Acquire)
+    }
+
+    /// How many holds this owner has on the lock (2 inside one re-entry).
+    pub fn hold_count(&self) -> u32 {
+        self.hold.local_holds.load(Ordering::Acquire)
+    }
+
+    /// True once the lock is known to be no longer ours: the watchdog found it gone or taken,
+    /// could not reach Redis before the lease ran out, or a hard lease expired.
+    pub fn is_lost(&self) -> bool {
+        self.hold.is_lost()
+    }
+
+    /// Completes when [`LockGuard::is_lost`] turns true; `select!` it against your work to
+    /// stop as soon as mutual exclusion can no longer be promised.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let hold = self.hold.clone();
+        async move { hold.lost().await }
+    }
+
+    /// Runs `fut` so that acquires of this same lock inside it (at any depth of calls, in
+    /// this task) re-enter this hold instead of waiting for it. Code outside the returned
+    /// future, spawned tasks, and other futures joined beside it are other owners.
+    ///
+    /// Futures run concurrently *inside* the scope (a `join!` of two nested acquires) share
+    /// this hold when they re-enter it: re-entry means "my caller already holds it".
+    pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        scope::with_hold(self.hold.clone(), fut)
+    }
+
+    /// Releases this hold and waits for Redis to confirm. With holds left (re-entry) the lock
+    /// stays held and its lease is refreshed; on the last one the lock is deleted and one
+    /// waiter is woken. [`LockError::NotHeld`] if the lock was lost meanwhile: nothing of a new
+    /// holder's is touched.
+    pub async fn release(mut self) -> Result<(), LockError> {
+        self.released = true;
+        let last = begin_release(&self.client, &self.hold);
+        finish_release(&self.client, &self.hold, last).await
+    }
+
+    /// [`LockGuard::release`], logging a failure at warn instead of returning it. Used by
+    /// `#[distributed_lock]`, where the body's result matters more: its effects happened.
+    pub async fn release_logged(self) {
+        let name = self.hold.name.clone();
+        if let Err(e) = self.release().await {
+            tracing::warn!(lock = %name, error = %e, "dlock: release failed; the lease expires on its own");
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        // Drop cannot await: stop renewing now, release on the runtime.
+        let last = begin_release(&self.client, &self.hold);
+        let (client, hold) = (self.client.clone(), self.hold.clone());
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    if let Err(e) = finish_release(&client, &hold, last).await {
+                        tracing::warn!(lock = %hold.name, error = %e, "dlock: background release failed");
+                    }
+                });
+            }
+            Err(_) => {
+                hold.release_gate();
+                tracing::warn!(lock = %self.hold.name, "dlock: guard dropped outside a tokio runtime; the lock expires with its lease");
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.hold.name)
+            .field("fencing_token", &self.fencing_token())
+            .field("hold_count", &self.hold_count())
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+/// Synchronous first half: drops one local hold; the last one leaves the watchdog here, before
+/// any request goes out, so no renewal can follow the release.
+fn begin_release(client: &LockClient, hold: &Hold) -> bool {
+    let last = hold.local_holds.fetch_sub(1, Ordering::AcqRel) == 1;
+    if last {
+        client.inner.watchdog.remove(hold.id);
+    }
+    last
+}
+
+async fn finish_release(client: &LockClient, hold: &Hold, last: bool) -> Result<(), LockError> {
+    let result = release_script(client, hold).await;
+    if last {
+        // Only now may the next task of this process try: the lock is free (or expiring).
+        hold.release_gate();
+    }
+    match result {
+        Ok(-1) => {
+            hold.mark_lost("release found the lock no longer ours");
+            Err(LockError::NotHeld {
+                name: hold.name.clone(),
+            })
+        }
+        Ok(left) => {
+            tracing::debug!(lock = %hold.name, holds_left = left, "dlock: released");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Releases a hold without a guard (used when a re-entry finds its enclosing hold gone).
+pub(crate) fn spawn_release(client: LockClient, hold: Arc<Hold>) {
+    tokio::spawn(async move {
+        let _ = release_script(&client, &hold).await;
+    });
+}
+
+/// Runs release.lua, retrying lost replies with the same request id: the latch in Redis
+/// answers a retry of a release that already ran instead of releasing twice.
+async fn release_script(client: &LockClient, hold: &Hold) -> Result<i64, LockError> {
+    let inner = &client.inner;
+    let latch = format!("{}{}", hold.keys.latch_prefix, inner.next_seq());
+    let mut attempt = 0;
+    loop {
+        let mut conn = inner.conn();
+        let reply: redis::RedisResult<i64> = scripts::RELEASE
+            .key(&hold.keys.key)
+            .key(&hold.keys.channel)
+            .key(&latch)
+            .arg(&hold.owner)
+            .arg(hold.lease.as_millis() as u64)
+            .arg(inner.latch_ttl.as_millis() as u64)
+            .invoke_async(&mut conn)
+            .await;
+        match reply {
+            Ok(left) => return Ok(left),
+            Err(e) if attempt < 3 && !matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                attempt += 1;
+                tracing::debug!(lock = %hold.name, error = %e, attempt, "dlock: retrying release");
+                tokio::time::sleep(Duration::from_millis(50 * attempt)).await;
+            }
+            Err(e) => return Err(inner.redis_error(&hold.name, &hold.keys.key, "release", e)),
+        }
+    }
+}

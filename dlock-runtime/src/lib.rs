@@ -1,0 +1,81 @@
+//! The lock runtime behind [dlock](https://docs.rs/dlock): a Redisson-grade reentrant Redis lock
+//! for async Rust. Most users depend on the `dlock` facade and its `#[distributed_lock]`
+//! attribute; this crate is the API underneath.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), dlock_runtime::LockError> {
+//! use std::time::Duration;
+//! use dlock_runtime::LockClient;
+//!
+//! let client = LockClient::connect("redis://127.0.0.1:6379").await?;
+//! let guard = client.lock("order:42").wait(Duration::from_secs(5)).acquire().await?;
+//! let token = guard.fencing_token(); // hand it to the store you write to
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # What it guarantees
+//!
+//! * **The protocol** (Redis side): one lock is one hash, owner id -> hold count, whose PTTL is
+//!   the lease. Acquire, release, renew and force-unlock are Lua scripts sent with EVALSHA and
+//!   reloaded on NOSCRIPT. Every key and channel of a lock is `<prefix>{<name>}...`: one hash
+//!   tag, one cluster slot. Names are percent-escaped, so user text cannot break the tag.
+//! * **Owners** are `<128 random bits of the client>:<sequence>`, one per top-level acquire,
+//!   never a thread or task id.
+//! * **Reentrancy follows the call chain**: an acquire inside [`LockGuard::scope`] of a hold of
+//!   the same lock re-enters it; spawned tasks and futures joined beside each other are other
+//!   owners and wait.
+//! * **Release on every way out**: [`LockGuard::release`] awaits the release; dropping a guard
+//!   (panic, `?`, cancellation) stops its renewals at once and releases in the background. A
+//!   dropped *acquire* whose request may have reached Redis releases what it may have been
+//!   granted, on the same connection, right away. An acquire whose reply timed out is treated
+//!   the same way. A crashed process is covered by the lease.
+//! * **Waiting is event-driven**: tasks of one process queue locally per key (FIFO), the head
+//!   of the queue waits on one pub/sub connection shared by the whole client, woken by the
+//!   release message or at the holder's PTTL, whichever comes first. Connections: the command
+//!   connections (`connections`, default 1) plus one subscriber, whatever the waiter count.
+//! * **Watchdog**: one task per client renews all held locks at a third of their lease, in one
+//!   round trip per tick. A renewal that finds the lock gone, or that cannot reach Redis until
+//!   the lease must have run out, marks the hold lost: [`LockGuard::is_lost`],
+//!   [`LockGuard::lost`], and a `warn` tracing event.
+//! * **Fencing tokens**: [`LockGuard::fencing_token`] grows with each free -> held transition.
+//! * **Releases are idempotent per request**: a release retried after a lost reply is answered
+//!   from a short-lived latch instead of releasing twice.
+//!
+//! # Defaults
+//!
+//! TTL 30 s ([`DEFAULT_TTL`]), wait 10 s ([`DEFAULT_WAIT`]), key prefix `dlock:`, response
+//! timeout 5 s. `wait(Duration::ZERO)` tries once.
+//!
+//! # Errors
+//!
+//! [`LockError`] names the lock and the cause: timeout (with the time waited), lost hold,
+//! Redis failure (with the URL and the operation), WRONGTYPE at the lock key, invalid argument
+//! (empty name, zero TTL, both `ttl` and `lease`), no installed client.
+
+mod builder;
+mod client;
+mod error;
+mod gate;
+mod guard;
+mod hold;
+mod lock;
+mod names;
+mod orphan;
+mod scope;
+mod scripts;
+mod waiters;
+mod watchdog;
+
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use builder::{LockClientBuilder, DEFAULT_PREFIX, DEFAULT_TTL, DEFAULT_WAIT};
+pub use client::LockClient;
+pub use error::LockError;
+pub use guard::LockGuard;
+pub use lock::Lock;
+pub use names::{cluster_slot, KeyPart};
+
+/// The redis-rs version dlock is built on, so your code can match it.
+pub use redis;

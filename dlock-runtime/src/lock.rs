@@ -1,0 +1,345 @@
+//! `Lock`: a handle on one named lock, and the acquire path.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::LockClient;
+use crate::error::LockError;
+use crate::guard::LockGuard;
+use crate::hold::Hold;
+use crate::names::LockKeys;
+use crate::orphan::{Orphan, Registration};
+use crate::scope;
+use crate::scripts;
+
+/// A handle on the lock called `name`; made by [`LockClient::lock`]. Cheap to clone; holds no
+/// lock by itself.
+///
+/// ```no_run
+/// # async fn demo(client: dlock_runtime::LockClient) -> Result<(), dlock_runtime::LockError> {
+/// use std::time::Duration;
+/// let lock = client.lock("order:42").ttl(Duration::from_secs(10)).wait(Duration::from_secs(2));
+/// let guard = lock.acquire().await?;       // waits up to 2 s, then LockError::Timeout
+/// // ... work; the watchdog keeps the 10 s lease alive meanwhile ...
+/// guard.release().await?;                 // or drop it: released in the background
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct Lock {
+    client: LockClient,
+    name: String,
+    keys: LockKeys,
+    ttl: Option<Duration>,
+    lease: Option<Duration>,
+    wait: Option<Duration>,
+}
+
+enum Attempt {
+    Acquired { count: i64, token: i64 },
+    Held { pttl: i64 },
+}
+
+impl Lock {
+    pub(crate) fn new(client: LockClient, name: String) -> Self {
+        let keys = LockKeys::new(&client.inner.prefix, &name);
+        Lock {
+            client,
+            name,
+            keys,
+            ttl: None,
+            lease: None,
+            wait: None,
+        }
+    }
+
+    /// The lease the watchdog keeps alive while the lock is held (default: the client's
+    /// `default_ttl`, 30 s). If this process dies, the lock frees itself this long after the
+    /// last renewal. Must be at least 1 ms.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// A hard lease instead of a watchdog: the lock expires this long after it was taken,
+    /// whatever the holder is doing. `guard.is_lost()` turns true when it has run out. Exclusive
+    /// with [`Lock::ttl`].
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// How long [`Lock::acquire`] waits for a held lock (default: the client's `default_wait`,
+    /// 10 s). `Duration::ZERO` tries once.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// The lock's name, as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Redis key of the lock hash (`<prefix>{<escaped name>}`).
+    pub fn key(&self) -> &str {
+        &self.keys.key
+    }
+
+    /// The pub/sub channel releases of this lock are published on.
+    pub fn channel(&self) -> &str {
+        &self.keys.channel
+    }
+
+    /// Takes the lock, waiting up to the handle's `wait` for the current holder to release it.
+    ///
+    /// Inside a [`LockGuard::scope`] of a hold of the same lock this re-enters that hold (hold
+    /// count + 1) at once. Cancel-safe: if the future is dropped after the request was sent, a
+    /// hold the server may have granted is released right away, not left to its TTL.
+    pub async fn acquire(&self) -> Result<LockGuard, LockError> {
+        let wait = self.wait.unwrap_or(self.client.inner.default_wait);
+        self.acquire_within(wait).await
+    }
+
+    /// One attempt: `Ok(None)` when another owner holds the lock (or another task of this
+    /// process is already queued for it).
+    pub async fn try_acquire(&self) -> Result<Option<LockGuard>, LockError> {
+        match self.acquire_within(Duration::ZERO).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(LockError::Timeout { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether anybody holds the lock right now.
+    pub async fn is_locked(&self) -> Result<bool, LockError> {
+        let mut conn = self.client.inner.conn();
+        redis::cmd("EXISTS")
+            .arg(&self.keys.key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.redis_error("is_locked", e))
+    }
+
+    /// How long the current lease has left; `None` when the lock is free.
+    pub async fn remaining_ttl(&self) -> Result<Option<Duration>, LockError> {
+        let mut conn = self.client.inner.conn();
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&self.keys.key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.redis_error("remaining_ttl", e))?;
+        Ok(match pttl {
+            -2 => None,
+            // A key without expiry was not written by dlock; it never frees itself.
+            -1 => Some(Duration::MAX),
+            ms => Some(Duration::from_millis(ms.max(0) as u64)),
+        })
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters; `true` if it was held. The
+    /// former holder's guard notices at its next renewal (`is_lost()`), and its release then
+    /// returns [`LockError::NotHeld`] without touching a new holder's lock.
+    pub async fn force_unlock(&self) -> Result<bool, LockError> {
+        self.validate()?;
+        let mut conn = self.client.inner.conn();
+        let deleted: i64 = scripts::FORCE_UNLOCK
+            .key(&self.keys.key)
+            .key(&self.keys.channel)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.redis_error("force_unlock", e))?;
+        Ok(deleted == 1)
+    }
+
+    fn redis_error(&self, op: &'static str, e: redis::RedisError) -> LockError {
+        self.client
+            .inner
+            .redis_error(&self.name, &self.keys.key, op, e)
+    }
+
+    fn validate(&self) -> Result<Duration, LockError> {
+        let bad = |reason: &str| Err(LockError::invalid(&self.name, reason));
+        if self.name.is_empty() {
+            return bad("the lock name is empty; an empty name would not be a cluster hash tag");
+        }
+        if self.ttl.is_some() && self.lease.is_some() {
+            return bad("set either ttl (watchdog-renewed) or lease (hard expiry), not both");
+        }
+        let lease = self
+            .lease
+            .or(self.ttl)
+            .unwrap_or(self.client.inner.default_ttl);
+        if lease.as_millis() == 0 {
+            return bad("ttl/lease must be at least 1 ms (Redis leases are whole milliseconds)");
+        }
+        if lease > Duration::from_secs(100 * 365 * 24 * 3600) {
+            return bad("ttl/lease longer than 100 years; use a finite lease");
+        }
+        Ok(lease)
+    }
+
+    pub(crate) async fn acquire_within(&self, wait: Duration) -> Result<LockGuard, LockError> {
+        let lease = self.validate()?;
+        let inner = &self.client.inner;
+        if let Some(parent) = scope::enclosing(&inner.client_id, &self.keys.key) {
+            return self.reenter(parent).await;
+        }
+        let started = Instant::now();
+        let deadline = started + wait;
+        let timeout = || LockError::Timeout {
+            name: self.name.clone(),
+            waited: started.elapsed(),
+        };
+        let Ok(pass) = tokio::time::timeout_at(deadline, inner.gates.enter(&self.keys.key)).await
+        else {
+            return Err(timeout());
+        };
+        let hold = Arc::new(Hold::new(
+            inner.next_seq(),
+            inner.client_id.clone(),
+            self.name.clone(),
+            self.keys.clone(),
+            inner.new_owner(),
+            lease,
+        ));
+        // Registered before the first request goes out; removed again on any failure or
+        // cancellation by the registration's Drop.
+        let registration = Registration::new(&self.client, hold.clone(), self.lease.is_none());
+        let mut subscription = None;
+        loop {
+            let sent_at = Instant::now();
+            match self.attempt(&hold, None).await? {
+                Attempt::Acquired { token, .. } => {
+                    hold.token.store(token.max(0) as u64, Ordering::Release);
+                    hold.local_holds.store(1, Ordering::Release);
+                    *hold.gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(pass);
+                    if self.lease.is_some() {
+                        *hold.hard_deadline.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some(sent_at + lease);
+                    }
+                    registration.activate(sent_at);
+                    tracing::debug!(lock = %self.name, token, waited = ?started.elapsed(), "dlock: acquired");
+                    return Ok(LockGuard::new(self.client.clone(), hold));
+                }
+                Attempt::Held { pttl } => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Err(timeout());
+                    }
+                    let Some(sub) = &subscription else {
+                        // Subscribe first, then retry: a release published in between is
+                        // then either seen by the retry or delivered to the subscription.
+                        let sub = tokio::time::timeout_at(
+                            deadline,
+                            inner.waiters.subscribe(&self.keys.channel),
+                        )
+                        .await
+                        .map_err(|_| timeout())?;
+                        subscription = Some(sub);
+                        continue;
+                    };
+                    // A crashed holder never publishes: sleep at most until its lease ends.
+                    // A lease of unknown length (no TTL) is re-checked every `lease`.
+                    let pttl = if pttl > 0 {
+                        Duration::from_millis(pttl as u64)
+                    } else {
+                        lease
+                    };
+                    tracing::debug!(lock = %self.name, ?pttl, "dlock: waiting for release");
+                    let _ = tokio::time::timeout_at(deadline.min(now + pttl), sub.released()).await;
+                }
+            }
+        }
+    }
+
+    /// Re-enters a hold an enclosing scope owns: one more count on the same owner.
+    async fn reenter(&self, parent: Arc<Hold>) -> Result<LockGuard, LockError> {
+        let not_held = || LockError::NotHeld {
+            name: self.name.clone(),
+        };
+        if parent.is_lost() {
+            return Err(not_held());
+        }
+        let marker = format!(
+            "{}reentry:{}",
+            self.keys.latch_prefix,
+            self.client.inner.next_seq()
+        );
+        parent.local_holds.fetch_add(1, Ordering::AcqRel);
+        let sent_at = Instant::now();
+        let result = self.attempt(&parent, Some(&marker)).await;
+        match result {
+            Ok(Attempt::Acquired { count, .. }) if count > 1 => {
+                if let Some(d) = parent
+                    .hard_deadline
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .as_mut()
+                {
+                    *d = sent_at + parent.lease;
+                }
+                Ok(LockGuard::new(self.client.clone(), parent))
+            }
+            other => {
+                parent.local_holds.fetch_sub(1, Ordering::AcqRel);
+                match other {
+                    Err(e) => Err(e),
+                    Ok(attempt) => {
+                        // Count 1: the enclosing hold had expired and this call re-created it
+                        // (give that back); "held": someone else has it now. Either way the
+                        // enclosing hold is lost.
+                        if matches!(attempt, Attempt::Acquired { .. }) {
+                            crate::guard::spawn_release(self.client.clone(), parent.clone());
+                        }
+                        parent.mark_lost("re-entry found the enclosing hold gone");
+                        Err(not_held())
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends one acquire script. If this future is dropped after the send, or the reply is
+    /// lost, the `Orphan` undoes what the server may have done, on the same connection so it
+    /// runs after the acquire.
+    async fn attempt(&self, hold: &Hold, reentry: Option<&str>) -> Result<Attempt, LockError> {
+        let inner = &self.client.inner;
+        let mut conn = inner.conn();
+        let marker = reentry.map_or_else(
+            || format!("{}reentry", self.keys.latch_prefix),
+            str::to_owned,
+        );
+        let orphan = Orphan::new(&self.client, conn.clone(), hold, reentry.map(str::to_owned));
+        let reply: redis::RedisResult<(i64, i64)> = scripts::ACQUIRE
+            .key(&self.keys.key)
+            .key(&self.keys.fence)
+            .key(&marker)
+            .arg(hold.lease.as_millis() as u64)
+            .arg(&hold.owner)
+            .arg(inner.latch_ttl.as_millis() as u64)
+            .invoke_async(&mut conn)
+            .await;
+        match reply {
+            Ok((count, x)) => {
+                orphan.disarm();
+                Ok(if count > 0 {
+                    Attempt::Acquired { count, token: x }
+                } else {
+                    Attempt::Held { pttl: x }
+                })
+            }
+            Err(e) => {
+                // A server error means the script did not change anything. A timeout or a
+                // dropped connection is ambiguous: the Orphan (still armed) cleans up.
+                if matches!(e.kind(), redis::ErrorKind::Server(_)) {
+                    orphan.disarm();
+                }
+                Err(self.redis_error("acquire", e))
+            }
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Lock names -> Redis keys and channels.
+//!
+//! Every key and channel of one lock is `<prefix>{<escaped name>}...`, so all of them share one
+//! Redis Cluster hash tag and every script touches one slot. The name is percent-escaped (`%`,
+//! `{`, `}`) before it goes between the braces: user text can then neither end the hash tag early
+//! nor make two different names produce the same key.
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// Percent-escapes `%`, `{`, `}` and `:` in a value, so it can be pasted into a lock name
+/// between `:` separators without colliding with another tuple of values.
+///
+/// `#[distributed_lock(key = "order:{id}")]` renders every placeholder through `KeyPart`, so
+/// `client.lock(format!("order:{}", KeyPart(&id)))` takes the same lock as the macro does.
+///
+/// ```
+/// use dlock_runtime::KeyPart;
+/// assert_eq!(format!("a:{}", KeyPart(&"b:c")), "a:b%3Ac");
+/// assert_eq!(KeyPart(&7).to_string(), "7");
+/// ```
+pub struct KeyPart<'a, T: fmt::Display + ?Sized>(pub &'a T);
+
+impl<T: fmt::Display + ?Sized> fmt::Display for KeyPart<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Render once, then escape; values are short (ids), so one String is fine.
+        let raw = self.0.to_string();
+        f.write_str(&escape(&raw, &['%', '{', '}', ':']))
+    }
+}
+
+fn escape<'a>(raw: &'a str, special: &[char]) -> Cow<'a, str> {
+    if !raw.contains(special) {
+        return Cow::Borrowed(raw);
+    }
+    let mut out = String::with_capacity(raw.len() + 8);
+    for c in raw.chars() {
+        if special.contains(&c) {
+            out.push_str(&format!("%{:02X}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// The Redis names belonging to one lock.
+#[derive(Debug, Clone)]
+pub(crate) struct LockKeys {
+    /// The hash: owner id -> hold count; its PTTL is the lease.
+    pub(crate) key: String,
+    /// Release messages are published here.
+    pub(crate) channel: String,
+    /// The fencing counter; it has no TTL so tokens never go backwards while Redis keeps data.
+    pub(crate) fence: String,
+    /// Prefix of the per-request release latches.
+    pub(crate) latch_prefix: String,
+}
+
+impl LockKeys {
+    pub(crate) fn new(prefix: &str, name: &str) -> Self {
+        let key = format!("{prefix}{{{}}}", escape(name, &['%', '{', '}']));
+        LockKeys {
+            channel: format!("{key}:chan"),
+            fence: format!("{key}:fence"),
+            latch_prefix: format!("{key}:latch:"),
+            key,
+        }
+    }
+}
+
+/// The Redis Cluster slot of a key (CRC16/XMODEM of its hash tag, mod 16384), as `CLUSTER
+/// KEYSLOT` computes it. Lets tests and users check that keys share, or do not share, a slot
+/// without running a cluster.
+///
+/// ```
+/// assert_eq!(dlock_runtime::cluster_slot("foo"), 12182);
+/// assert_eq!(dlock_runtime::cluster_slot("{user1000}.following"),
+///            dlock_runtime::cluster_slot("{user1000}.followers"));
+/// ```
+pub fn cluster_slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let hashed = match bytes.iter().position(|&b| b == b'{') {
+        Some(open) => match bytes[open + 1..].iter().position(|&b| b == b'}') {
+            // An empty tag `{}` does not count: Redis hashes the whole key then.
+            Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
+            _ => bytes,
+        },
+        None => bytes,
+    };
+    crc16_xmodem(hashed) % 16384
+}
+
+fn crc16_xmodem(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc16_matches_the_cluster_spec_check_value() {
+        // The Redis Cluster spec gives 0x31C3 for "123456789".
+        assert_eq!(crc16_xmodem(b"123456789"), 0x31C3);
+    }
+
+    #[test]
+    fn braces_in_names_cannot_escape_the_tag() {
+        let keys = LockKeys::new("dlock:", "a}b{c");
+        assert_eq!(keys.key, "dlock:{a%7Db%7Bc}");
+        assert_eq!(cluster_slot(&keys.key), cluster_slot(&keys.channel));
+        assert_eq!(cluster_slot(&keys.key), cluster_slot(&keys.fence));
+    }
+
+    #[test]
+    fn escaping_is_injective_on_percent() {
+        assert_ne!(LockKeys::new("p:", "{").key, LockKeys::new("p:", "%7B").key);
+        assert_ne!(KeyPart(&"a:b").to_string(), KeyPart(&"a%3Ab").to_string());
+    }
+}

@@ -1,0 +1,137 @@
+//! Clean-up for acquires that end without a guard: cancelled, timed out, or failed.
+
+use std::sync::Arc;
+
+use redis::aio::ConnectionManager;
+use tokio::time::Instant;
+
+use crate::client::LockClient;
+use crate::hold::Hold;
+use crate::scripts;
+
+/// Armed while an acquire request may be on the wire. Dropped armed (the caller's future was
+/// dropped, or the reply was lost), it undoes whatever the server may have granted: the owner
+/// id is known before sending, so "release if I am the owner" is always safe to send.
+pub(crate) struct Orphan {
+    client: LockClient,
+    conn: ConnectionManager,
+    key: String,
+    channel: String,
+    latch_prefix: String,
+    owner: String,
+    lease_ms: u64,
+    reentry_marker: Option<String>,
+    armed: bool,
+}
+
+impl Orphan {
+    pub(crate) fn new(
+        client: &LockClient,
+        conn: ConnectionManager,
+        hold: &Hold,
+        reentry_marker: Option<String>,
+    ) -> Self {
+        Orphan {
+            client: client.clone(),
+            conn,
+            key: hold.keys.key.clone(),
+            channel: hold.keys.channel.clone(),
+            latch_prefix: hold.keys.latch_prefix.clone(),
+            owner: hold.owner.clone(),
+            lease_ms: hold.lease.as_millis() as u64,
+            reentry_marker,
+            armed: true,
+        }
+    }
+
+    pub(crate) fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Orphan {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(key = %self.key, "dlock: acquire cancelled outside a runtime; a possible hold expires with its TTL");
+            return;
+        };
+        // Same connection as the acquire: Redis runs it after the acquire, if that was sent.
+        let mut conn = self.conn.clone();
+        let key = std::mem::take(&mut self.key);
+        let owner = std::mem::take(&mut self.owner);
+        let marker = self.reentry_marker.take();
+        let channel = std::mem::take(&mut self.channel);
+        let latch = format!("{}{}", self.latch_prefix, self.client.inner.next_seq());
+        let (lease_ms, latch_ms) = (
+            self.lease_ms,
+            self.client.inner.latch_ttl.as_millis() as u64,
+        );
+        rt.spawn(async move {
+            let result: redis::RedisResult<i64> = match marker {
+                Some(marker) => {
+                    scripts::UNDO_REENTRY
+                        .key(&key)
+                        .key(&marker)
+                        .arg(&owner)
+                        .invoke_async(&mut conn)
+                        .await
+                }
+                None => {
+                    scripts::RELEASE
+                        .key(&key)
+                        .key(&channel)
+                        .key(&latch)
+                        .arg(&owner)
+                        .arg(lease_ms)
+                        .arg(latch_ms)
+                        .invoke_async(&mut conn)
+                        .await
+                }
+            };
+            match result {
+                Ok(r) => tracing::debug!(%key, result = r, "dlock: cleaned up after a cancelled acquire"),
+                Err(e) => tracing::warn!(%key, error = %e, "dlock: clean-up of a cancelled acquire failed; a possible hold expires with its TTL"),
+            }
+        });
+    }
+}
+
+/// The watchdog registration of an acquire in progress; removed again unless activated.
+pub(crate) struct Registration {
+    client: LockClient,
+    hold: Arc<Hold>,
+    watchdog: bool,
+    done: bool,
+}
+
+impl Registration {
+    pub(crate) fn new(client: &LockClient, hold: Arc<Hold>, watchdog: bool) -> Self {
+        if watchdog {
+            client.inner.watchdog.register(hold.clone());
+        }
+        Registration {
+            client: client.clone(),
+            hold,
+            watchdog,
+            done: false,
+        }
+    }
+
+    pub(crate) fn activate(mut self, sent_at: Instant) {
+        if self.watchdog {
+            self.client.inner.watchdog.activate(self.hold.id, sent_at);
+        }
+        self.done = true;
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if !self.done && self.watchdog {
+            self.client.inner.watchdog.remove(self.hold.id);
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! Reentrancy that follows the call chain, not the thread or the task.
+//!
+//! `LockGuard::scope(fut)` runs `fut` with a task-local list of the holds its ancestors own.
+//! The list is immutable and extended per scope (a linked list of `Arc`s), so two futures joined
+//! in one task each see only their own ancestors: a `join!` of two top-level acquires are two
+//! owners, while an acquire nested inside a holder's `scope` re-enters its hold. A spawned task
+//! starts with no scope, so it is another owner too. Children run concurrently inside one scope
+//! share the ancestor's hold when they re-enter its key (documented on `LockGuard::scope`).
+
+use std::sync::Arc;
+
+use crate::hold::Hold;
+
+pub(crate) struct ScopeNode {
+    hold: Arc<Hold>,
+    parent: Option<Arc<ScopeNode>>,
+}
+
+tokio::task_local! {
+    static HELD: Option<Arc<ScopeNode>>;
+}
+
+/// The hold an enclosing scope owns for this client's `key`, if any.
+pub(crate) fn enclosing(client_id: &str, key: &str) -> Option<Arc<Hold>> {
+    HELD.try_with(|top| {
+        let mut node = top.as_ref();
+        while let Some(n) = node {
+            if n.hold.keys.key == key && n.hold.client_id == client_id {
+                return Some(n.hold.clone());
+            }
+            node = n.parent.as_ref();
+        }
+        None
+    })
+    .ok()
+    .flatten()
+}
+
+/// Runs `fut` with `hold` added to the current scope.
+pub(crate) fn with_hold<F: std::future::Future>(
+    hold: Arc<Hold>,
+    fut: F,
+) -> tokio::task::futures::TaskLocalFuture<Option<Arc<ScopeNode>>, F> {
+    let parent = HELD.try_with(|top| top.clone()).ok().flatten();
+    HELD.scope(Some(Arc::new(ScopeNode { hold, parent })), fut)
+}

@@ -1,0 +1,24 @@
+-- Release one hold of a lock, at most once per request id.
+-- KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] latch for this request id
+-- ARGV[1] owner id, ARGV[2] lease in ms (refreshed when holds remain), ARGV[3] latch lifetime ms
+-- Returns -1 when ARGV[1] does not hold the lock, else the holds it has left (0 = freed).
+local done = redis.call('GET', KEYS[3])
+if done then
+  -- A retry of a release that already ran (reply lost to a timeout or reconnect): answer the
+  -- same thing again instead of releasing twice.
+  return tonumber(done)
+end
+local result
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+  result = -1
+else
+  result = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+  if result > 0 then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  else
+    redis.call('DEL', KEYS[1])
+    redis.call('PUBLISH', KEYS[2], 'released')
+  end
+end
+redis.call('SET', KEYS[3], result, 'PX', ARGV[3])
+return result

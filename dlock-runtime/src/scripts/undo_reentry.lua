@@ -1,0 +1,10 @@
+-- Undo a re-entrant acquire whose caller was cancelled before it saw the reply.
+-- KEYS[1] lock hash, KEYS[2] re-entry marker set by acquire.lua
+-- ARGV[1] owner id
+-- Sent on the connection the acquire used, so it runs after that acquire if the acquire was sent
+-- at all; without the marker the acquire never ran and there is nothing to undo.
+if redis.call('DEL', KEYS[2]) == 1 and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+  return 1
+end
+return 0
