@@ -1,0 +1,362 @@
+//! Stage 3: code generation.
+//!
+//! The `async fn` keeps its signature, attributes and visibility; only its body is replaced by:
+//! render the key -> get the client -> acquire (an error returns `Err(From::from(e))` and the
+//! body never runs) -> run the original body as an `async move` block inside the guard's
+//! reentrancy scope -> release -> return the body's result. Keeping the body in its own async
+//! block keeps `return` and `?` local to it, so they can never skip the release.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::visit_mut::VisitMut;
+use syn::{AttrStyle, GenericArgument, ItemFn, Path, PathArguments, ReturnType, Type};
+
+use crate::args::{Args, DurationArg, Errors};
+use crate::key::Template;
+
+/// Parses the attribute and the item and writes the new item.
+pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    let mut errors = Errors::default();
+    let args = match syn::parse2::<Args>(attr) {
+        Ok(mut args) => {
+            errors = std::mem::take(&mut args.problems);
+            Some(args)
+        }
+        Err(e) => {
+            errors.push(e);
+            None
+        }
+    };
+    let func = match syn::parse2::<ItemFn>(item) {
+        Ok(func) => func,
+        Err(e) => {
+            errors.push(syn::Error::new(
+                e.span(),
+                format!("#[distributed_lock] goes on an `async fn` with a body: {e}"),
+            ));
+            errors.finish()?;
+            unreachable!("an error was pushed");
+        }
+    };
+    check_async(&func).map_err(|e| errors.push(e)).ok();
+    let error_span = result_error_span(&func.sig.output).map_err(|e| errors.push(e));
+    let template = match args.as_ref().and_then(|a| a.key.as_ref()) {
+        Some(lit) => Template::parse(lit)
+            .and_then(|t| t.check(&func.sig).map(|()| Some(t)))
+            .map_err(|e| errors.push(e))
+            .unwrap_or(None),
+        None => None,
+    };
+    errors.finish()?;
+    let (Some(args), Ok(error_span)) = (args, error_span) else {
+        unreachable!("errors were reported above");
+    };
+    Ok(generate(&args, template.as_ref(), func, error_span))
+}
+
+fn check_async(func: &ItemFn) -> syn::Result<()> {
+    if func.sig.asyncness.is_some() {
+        return Ok(());
+    }
+    if looks_like_async_trait(func) {
+        return Err(syn::Error::new(
+            func.sig.fn_token.span,
+            "#[distributed_lock] sees this method after #[async_trait] turned it into a plain \
+             `fn` returning a boxed future, and cannot lock that; no attribute order fixes it, \
+             because #[async_trait] on the impl always expands first. Use a native `async fn` \
+             in the trait (Rust 1.75+) instead of #[async_trait], or put #[distributed_lock] on \
+             an inherent `async fn` and call it from the trait method",
+        ));
+    }
+    Err(syn::Error::new(
+        func.sig.fn_token.span,
+        "#[distributed_lock] goes on an `async fn`: the lock is acquired with `.await` before \
+         the body runs; write `async fn`",
+    ))
+}
+
+/// #[async_trait] output: `fn f(..) -> Pin<Box<dyn Future<..> + ..>> { Box::pin(async move ..) }`.
+fn looks_like_async_trait(func: &ItemFn) -> bool {
+    let returns_pin = match &func.sig.output {
+        ReturnType::Type(_, ty) => last_segment(ty).is_some_and(|s| s.ident == "Pin"),
+        ReturnType::Default => false,
+    };
+    let body = func.block.stmts.last().map(|s| quote!(#s).to_string());
+    returns_pin || body.is_some_and(|b| b.starts_with("Box :: pin (async"))
+}
+
+fn last_segment(ty: &Type) -> Option<&syn::PathSegment> {
+    match ty {
+        Type::Path(p) if p.qself.is_none() => p.path.segments.last(),
+        Type::Group(g) => last_segment(&g.elem),
+        Type::Paren(p) => last_segment(&p.elem),
+        _ => None,
+    }
+}
+
+/// Checks the return type is `Result<..>` and returns the span rustc should blame when the
+/// error type has no `From<LockError>`: the `E` of `Result<T, E>` when written, else the type.
+fn result_error_span(output: &ReturnType) -> syn::Result<Span> {
+    const HOW: &str = "#[distributed_lock] needs the function to return `Result<T, E>` with \
+                       `E: From<dlock::LockError>`: when the lock cannot be taken the function \
+                       returns `Err(LockError.into())` instead of running the body";
+    let ty = match output {
+        ReturnType::Type(_, ty) => ty,
+        ReturnType::Default => {
+            return Err(syn::Error::new(
+                Span::call_site(),
+                format!("{HOW}; this function returns `()`"),
+            ))
+        }
+    };
+    let Some(last) = last_segment(ty).filter(|s| s.ident == "Result") else {
+        return Err(syn::Error::new_spanned(ty, HOW));
+    };
+    let error_type = match &last.arguments {
+        PathArguments::AngleBracketed(a) => a
+            .args
+            .iter()
+            .filter(|a| matches!(a, GenericArgument::Type(_)))
+            .nth(1),
+        _ => None,
+    };
+    Ok(error_type.map_or_else(|| ty.span(), Spanned::span))
+}
+
+fn generate(
+    args: &Args,
+    template: Option<&Template>,
+    func: ItemFn,
+    error_span: Span,
+) -> TokenStream {
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = func;
+    let (inner_attrs, outer_attrs): (Vec<_>, Vec<_>) = attrs
+        .into_iter()
+        .partition(|a| matches!(a.style, AttrStyle::Inner(_)));
+    let krate: Path = args
+        .krate
+        .clone()
+        .unwrap_or_else(|| syn::parse_quote!(::dlock));
+
+    // Our locals are mixed-site: the user's body cannot name them and they cannot shadow the
+    // user's parameters, whatever those are called.
+    let m = Span::mixed_site();
+    let key = syn::Ident::new("__dlock_key", m);
+    let client = syn::Ident::new("__dlock_client", m);
+    let guard = syn::Ident::new("__dlock_guard", m);
+    let err = syn::Ident::new("__dlock_err", m);
+    let ret = syn::Ident::new("__dlock_ret", m);
+
+    // Built on the `E` of `Result<T, E>`: without `From<LockError>` rustc blames that type.
+    let lock_failed = quote_spanned! {error_span=>
+        return ::core::result::Result::Err(::core::convert::From::from(#err))
+    };
+
+    let key_expr = match template {
+        Some(t) => t.render(&krate),
+        None => {
+            let name = sig.ident.to_string();
+            let name = name.strip_prefix("r#").unwrap_or(&name);
+            quote! {
+                ::std::string::String::from(::core::concat!(::core::module_path!(), "::", #name))
+            }
+        }
+    };
+
+    let get_client = match &args.client {
+        // `&(expr)` then deref coercion: `self.locks`, `state.locks`, `&client` and
+        // `Arc<LockClient>` all work, and nothing is cloned.
+        Some(expr) => quote! { let #client: &#krate::LockClient = &(#expr); },
+        None => quote! {
+            let #client = match #krate::LockClient::global() {
+                ::core::result::Result::Ok(c) => c,
+                ::core::result::Result::Err(#err) => #lock_failed,
+            };
+        },
+    };
+
+    let option = |name: &str, d: &Option<DurationArg>| {
+        d.as_ref().map(|d| {
+            let method = syn::Ident::new(name, d.span);
+            let millis = proc_macro2::Literal::u64_unsuffixed(d.millis);
+            quote_spanned! {d.span=> .#method(::core::time::Duration::from_millis(#millis)) }
+        })
+    };
+    let options = [
+        option("ttl", &args.ttl),
+        option("lease", &args.lease),
+        option("wait", &args.wait),
+    ];
+
+    // Pin the body's type like async-trait does, so `?` and `.into()` inside it still infer.
+    let ret_ty = match &sig.output {
+        ReturnType::Type(_, ty) => {
+            let mut ty = (**ty).clone();
+            ImplTraitToInfer.visit_type_mut(&mut ty);
+            quote!(#ty)
+        }
+        ReturnType::Default => quote!(()),
+    };
+
+    quote! {
+        #(#outer_attrs)*
+        #vis #sig {
+            #(#inner_attrs)*
+            let #key: ::std::string::String = #key_expr;
+            #get_client
+            let #guard = match #client.lock(#key) #(#options)* .acquire().await {
+                ::core::result::Result::Ok(g) => g,
+                ::core::result::Result::Err(#err) => #lock_failed,
+            };
+            let #ret: #ret_ty = #guard.scope(async move #block).await;
+            // The body's result wins over a failed release: its effects already happened, and
+            // the lease expires on its own. `release_logged` logs the failure at warn.
+            #krate::LockGuard::release_logged(#guard).await;
+            #ret
+        }
+    }
+}
+
+/// `impl Trait` cannot be written in a `let` type; `_` keeps the rest of the type pinned.
+struct ImplTraitToInfer;
+
+impl VisitMut for ImplTraitToInfer {
+    fn visit_type_mut(&mut self, ty: &mut Type) {
+        if let Type::ImplTrait(it) = ty {
+            *ty = Type::Infer(syn::TypeInfer {
+                underscore_token: syn::Token![_](it.impl_token.span),
+            });
+            return;
+        }
+        syn::visit_mut::visit_type_mut(self, ty);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand_str(attr: &str, item: &str) -> Result<String, String> {
+        expand(attr.parse().unwrap(), item.parse().unwrap())
+            .map(|t| t.to_string())
+            .map_err(|e| {
+                e.into_iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            })
+    }
+
+    #[test]
+    fn expansion_shape() {
+        let out = expand_str(
+            r#"key = "order:{order.id}", ttl = "30s", wait = "5s""#,
+            "/// Pays.\n#[inline] pub async fn pay(order: &Order) -> Result<u8, AppError> { \
+             Ok(order.amount) }",
+        )
+        .unwrap();
+        let want = quote! {
+            #[doc = " Pays."]
+            #[inline]
+            pub async fn pay(order: &Order) -> Result<u8, AppError> {
+                let __dlock_key: ::std::string::String =
+                    ::std::format!("order:{}", ::dlock::KeyPart(&order.id));
+                let __dlock_client = match ::dlock::LockClient::global() {
+                    ::core::result::Result::Ok(c) => c,
+                    ::core::result::Result::Err(__dlock_err) =>
+                        return ::core::result::Result::Err(::core::convert::From::from(__dlock_err)),
+                };
+                let __dlock_guard = match __dlock_client.lock(__dlock_key)
+                    .ttl(::core::time::Duration::from_millis(30000))
+                    .wait(::core::time::Duration::from_millis(5000))
+                    .acquire().await
+                {
+                    ::core::result::Result::Ok(g) => g,
+                    ::core::result::Result::Err(__dlock_err) =>
+                        return ::core::result::Result::Err(::core::convert::From::from(__dlock_err)),
+                };
+                let __dlock_ret: Result<u8, AppError> =
+                    __dlock_guard.scope(async move { Ok(order.amount) }).await;
+                ::dlock::LockGuard::release_logged(__dlock_guard).await;
+                __dlock_ret
+            }
+        };
+        assert_eq!(out, want.to_string());
+    }
+
+    #[test]
+    fn client_crate_default_key_and_impl_trait() {
+        let out = expand_str(
+            r#"client = self.locks, crate = "my::dlock", lease = "2m""#,
+            "async fn m(&self) -> Result<impl Display, E> { #![allow(unused)] todo!() }",
+        )
+        .unwrap();
+        assert!(
+            out.contains("let __dlock_client : & my :: dlock :: LockClient = & (self . locks) ;"),
+            "{out}"
+        );
+        assert!(
+            out.contains(":: core :: module_path ! () , \"::\" , \"m\""),
+            "{out}"
+        );
+        assert!(
+            out.contains(". lease (:: core :: time :: Duration :: from_millis (120000))"),
+            "{out}"
+        );
+        assert!(out.contains("let __dlock_ret : Result < _ , E >"), "{out}");
+        assert!(
+            out.contains("{ # ! [allow (unused)] let __dlock_key"),
+            "{out}"
+        );
+        assert!(
+            out.contains("my :: dlock :: LockGuard :: release_logged"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn item_errors() {
+        let e = expand_str("", "fn f() -> Result<(), E> { Ok(()) }").unwrap_err();
+        assert!(e.contains("goes on an `async fn`"), "{e}");
+        let e = expand_str("", "async fn f() -> u8 { 1 }").unwrap_err();
+        assert!(
+            e.contains("needs the function to return `Result<T, E>`"),
+            "{e}"
+        );
+        let e = expand_str("", "async fn f() {}").unwrap_err();
+        assert!(e.contains("returns `()`"), "{e}");
+        let e = expand_str(
+            "",
+            "fn f<'a>(&'a self) -> Pin<Box<dyn Future<Output = Result<(), E>> + Send + 'a>> { \
+             Box::pin(async move { Ok(()) }) }",
+        )
+        .unwrap_err();
+        assert!(e.contains("#[async_trait]"), "{e}");
+        assert!(expand_str("", "struct S;")
+            .unwrap_err()
+            .contains("goes on an `async fn`"));
+        assert!(expand_str("", "async fn f() -> io::Result<()> { Ok(()) }").is_ok());
+    }
+
+    #[test]
+    fn all_errors_at_once() {
+        let e =
+            expand_str(r#"key = "{nope}", ttl = "1x""#, "fn f(id: u8) -> u8 { 1 }").unwrap_err();
+        for part in ["unknown unit", "`async fn`", "`Result<T, E>`"] {
+            assert!(e.contains(part), "{part} missing from {e}");
+        }
+        // The key is checked even when the other options are wrong.
+        let e = expand_str(
+            r#"key = "{nope}", ttl = "1x""#,
+            "async fn f(id: u8) -> Result<(), E> { Ok(()) }",
+        )
+        .unwrap_err();
+        assert!(e.contains("no parameter `nope`"), "{e}");
+    }
+}

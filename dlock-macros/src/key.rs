@@ -1,0 +1,444 @@
+//! Stage 2: the key template, `"order:{order.id}:{user_id}"`.
+//!
+//! The template is parsed here and every placeholder is checked against the function's
+//! parameters, so a typo is a compile error instead of a lock named after the wrong thing. What
+//! is left for rustc (a missing field, a value that is not `Display`) is reported by rustc on
+//! tokens that carry the literal's span, as thiserror does for its format strings.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::{FnArg, LitStr, Pat, Path, Signature};
+
+use crate::args::Errors;
+
+/// One piece of a parsed template.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Piece {
+    /// Text taken as it is (`{{` and `}}` already turned into single braces).
+    Text(String),
+    /// `{root.member.member}`.
+    Value { root: String, members: Vec<String> },
+}
+
+/// A parsed key template together with the literal it came from.
+pub(crate) struct Template {
+    pub(crate) pieces: Vec<Piece>,
+    pub(crate) lit: LitStr,
+}
+
+impl Template {
+    /// Parses the template; every malformed placeholder is reported, not just the first.
+    pub(crate) fn parse(lit: &LitStr) -> syn::Result<Template> {
+        let pieces = parse_pieces(&lit.value()).map_err(|messages| {
+            let mut errors = Errors::default();
+            for m in messages {
+                errors.push(syn::Error::new(lit.span(), m));
+            }
+            errors.finish().unwrap_err()
+        })?;
+        Ok(Template {
+            pieces,
+            lit: lit.clone(),
+        })
+    }
+
+    /// Checks that every placeholder starts at a parameter of `sig`.
+    pub(crate) fn check(&self, sig: &Signature) -> syn::Result<()> {
+        let params = Params::of(sig);
+        let mut errors = Errors::default();
+        for piece in &self.pieces {
+            let Piece::Value { root, members } = piece else {
+                continue;
+            };
+            let shown = shown(root, members);
+            if root == "self" {
+                if !params.has_self {
+                    errors.push(syn::Error::new(
+                        self.lit.span(),
+                        format!(
+                            "`{shown}` in the key uses `self`, but `fn {}` has no `self` \
+                             parameter; use one of its parameters instead{}",
+                            sig.ident,
+                            params.listing()
+                        ),
+                    ));
+                }
+            } else if !params.names.contains(root) {
+                let mut msg = format!(
+                    "`{shown}` in the key: `fn {}` has no parameter `{root}`{}",
+                    sig.ident,
+                    params.listing()
+                );
+                let candidates = params.names.iter().map(String::as_str);
+                if let Some(best) = closest(root, candidates) {
+                    msg.push_str(&format!("; did you mean `{best}`?"));
+                }
+                errors.push(syn::Error::new(self.lit.span(), msg));
+            }
+        }
+        errors.finish()
+    }
+
+    /// `::std::format!("order:{}", #krate::KeyPart(&order.id))`, every token spanned at the
+    /// literal: a field that does not exist or a value that is not `Display` is then reported by
+    /// rustc on the key, the only place the user wrote it.
+    pub(crate) fn render(&self, krate: &Path) -> TokenStream {
+        let span = self.lit.span();
+        let mut format = String::new();
+        let mut values = Vec::new();
+        for piece in &self.pieces {
+            match piece {
+                Piece::Text(text) => format.push_str(&text.replace('{', "{{").replace('}', "}}")),
+                Piece::Value { root, members } => {
+                    format.push_str("{}");
+                    let root = ident(root, span);
+                    let members = members.iter().map(|m| member(m, span));
+                    values.push(quote_spanned! {span=>
+                        #krate::KeyPart(&#root #(.#members)*)
+                    });
+                }
+            }
+        }
+        if values.is_empty() {
+            // No placeholders: a plain string, so clippy's `useless_format` has nothing to say.
+            let text = LitStr::new(&format.replace("{{", "{").replace("}}", "}"), span);
+            return quote!(::std::string::String::from(#text));
+        }
+        let format = LitStr::new(&format, span);
+        quote!(::std::format!(#format #(, #values)*))
+    }
+}
+
+fn shown(root: &str, members: &[String]) -> String {
+    let mut s = format!("{{{root}");
+    for m in members {
+        s.push('.');
+        s.push_str(m);
+    }
+    s.push('}');
+    s
+}
+
+fn ident(name: &str, span: Span) -> syn::Ident {
+    match name.strip_prefix("r#") {
+        Some(raw) => syn::Ident::new_raw(raw, span),
+        None => syn::Ident::new(name, span),
+    }
+}
+
+fn member(name: &str, span: Span) -> syn::Member {
+    match name.parse::<u32>() {
+        Ok(index) => syn::Member::Unnamed(syn::Index { index, span }),
+        Err(_) => syn::Member::Named(ident(name, span)),
+    }
+}
+
+/// Splits a template into text and placeholders; on failure returns one message per mistake.
+pub(crate) fn parse_pieces(template: &str) -> Result<Vec<Piece>, Vec<String>> {
+    if template.is_empty() {
+        return Err(vec![
+            "the key is empty; write a template such as `key = \"order:{order.id}\"`, or leave \
+             `key` out to lock on the function's module path and name"
+                .to_owned(),
+        ]);
+    }
+    let mut pieces = Vec::new();
+    let mut errors = Vec::new();
+    let mut text = String::new();
+    let mut rest = template;
+    while let Some(at) = rest.find(['{', '}']) {
+        text.push_str(&rest[..at]);
+        let brace = &rest[at..at + 1];
+        let after = &rest[at + 1..];
+        if after.starts_with(brace) {
+            text.push_str(brace);
+            rest = &after[1..];
+            continue;
+        }
+        if brace == "}" {
+            errors.push(format!(
+                "unmatched `}}` in the key {template:?}; write `}}}}` for a literal `}}`"
+            ));
+            rest = after;
+            continue;
+        }
+        let Some(close) = after
+            .find(['{', '}'])
+            .filter(|&i| after[i..].starts_with('}'))
+        else {
+            errors.push(format!(
+                "unclosed `{{` in the key {template:?}; close the placeholder with `}}`, or \
+                 write `{{{{` for a literal `{{`"
+            ));
+            break;
+        };
+        let inside = &after[..close];
+        match placeholder(inside) {
+            Ok((root, members)) => {
+                if !text.is_empty() {
+                    pieces.push(Piece::Text(std::mem::take(&mut text)));
+                }
+                pieces.push(Piece::Value { root, members });
+            }
+            Err(why) => errors.push(why),
+        }
+        rest = &after[close + 1..];
+    }
+    text.push_str(rest);
+    if !text.is_empty() {
+        pieces.push(Piece::Text(text));
+    }
+    if errors.is_empty() {
+        Ok(pieces)
+    } else {
+        Err(errors)
+    }
+}
+
+/// `order.id` -> (`order`, [`id`]). Only a parameter followed by fields: a key is a name, not
+/// code, and anything more (calls, format specs) belongs in a parameter or a `Display` impl.
+fn placeholder(inside: &str) -> Result<(String, Vec<String>), String> {
+    if inside.is_empty() {
+        return Err(
+            "empty placeholder `{}` in the key; name a parameter, e.g. `{id}`, or \
+                    write `{{}}` for literal braces"
+                .to_owned(),
+        );
+    }
+    if inside.contains(':') {
+        return Err(format!(
+            "`{{{inside}}}`: format specs are not supported in keys; values are rendered with \
+             `Display` (write a `Display` impl or pass a pre-formatted parameter instead)"
+        ));
+    }
+    let mut segments = inside.split('.');
+    let root = segments.next().unwrap_or_default();
+    if !is_ident(root) {
+        return Err(format!(
+            "`{{{inside}}}` in the key: a placeholder starts with a parameter name, e.g. `{{id}}`, \
+             `{{order.id}}` or `{{self.id}}`"
+        ));
+    }
+    let members: Vec<String> = segments.map(str::to_owned).collect();
+    if let Some(bad) = members
+        .iter()
+        .find(|m| !is_ident(m) && m.parse::<u32>().is_err())
+    {
+        return Err(format!(
+            "`{{{inside}}}` in the key: `{bad}` is not a field name; placeholders take fields \
+             only, e.g. `{{order.id}}` or `{{pair.0}}` (no calls, spaces or indexing)"
+        ));
+    }
+    Ok((root.to_owned(), members))
+}
+
+fn is_ident(s: &str) -> bool {
+    let s = s.strip_prefix("r#").unwrap_or(s);
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c == '_' || c.is_alphabetic())
+        && chars.all(|c| c == '_' || c.is_alphanumeric())
+        && s != "_"
+}
+
+/// The names a key may start with: every binding in the parameter patterns, plus `self`.
+struct Params {
+    names: Vec<String>,
+    has_self: bool,
+}
+
+impl Params {
+    fn of(sig: &Signature) -> Params {
+        let mut params = Params {
+            names: Vec::new(),
+            has_self: false,
+        };
+        for input in &sig.inputs {
+            match input {
+                FnArg::Receiver(_) => params.has_self = true,
+                FnArg::Typed(typed) => bindings(&typed.pat, &mut params.names),
+            }
+        }
+        params
+    }
+
+    fn listing(&self) -> String {
+        let mut all: Vec<String> = self.names.iter().map(|n| format!("`{n}`")).collect();
+        if self.has_self {
+            all.insert(0, "`self`".to_owned());
+        }
+        if all.is_empty() {
+            " (it has no parameters)".to_owned()
+        } else {
+            format!(" (its parameters: {})", all.join(", "))
+        }
+    }
+}
+
+/// Every identifier a pattern binds: `(a, b)`, `Point { x, .. }`, `mut n`, `x @ 1..`.
+fn bindings(pat: &Pat, out: &mut Vec<String>) {
+    match pat {
+        Pat::Ident(p) => {
+            out.push(p.ident.to_string());
+            if let Some((_, sub)) = &p.subpat {
+                bindings(sub, out);
+            }
+        }
+        Pat::Tuple(p) => p.elems.iter().for_each(|p| bindings(p, out)),
+        Pat::TupleStruct(p) => p.elems.iter().for_each(|p| bindings(p, out)),
+        Pat::Struct(p) => p.fields.iter().for_each(|f| bindings(&f.pat, out)),
+        Pat::Slice(p) => p.elems.iter().for_each(|p| bindings(p, out)),
+        Pat::Reference(p) => bindings(&p.pat, out),
+        Pat::Paren(p) => bindings(&p.pat, out),
+        Pat::Type(p) => bindings(&p.pat, out),
+        // Every alternative binds the same names.
+        Pat::Or(p) => p.cases.iter().take(1).for_each(|p| bindings(p, out)),
+        _ => {}
+    }
+}
+
+/// The candidate closest to `wanted` by edit distance, when it is close enough to be the
+/// likely intent (a typo, not a different word).
+pub(crate) fn closest<'a>(
+    wanted: &str,
+    candidates: impl Iterator<Item = &'a str>,
+) -> Option<&'a str> {
+    let limit = (wanted.chars().count() / 3).max(1);
+    candidates
+        .map(|c| (edit_distance(&wanted.to_lowercase(), &c.to_lowercase()), c))
+        .filter(|&(d, _)| d <= limit)
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (diag + usize::from(ca != cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(root: &str, members: &[&str]) -> Piece {
+        Piece::Value {
+            root: root.to_owned(),
+            members: members.iter().map(|m| m.to_string()).collect(),
+        }
+    }
+
+    fn text(s: &str) -> Piece {
+        Piece::Text(s.to_owned())
+    }
+
+    #[test]
+    fn templates() {
+        assert_eq!(
+            parse_pieces("order:{order.id}:{user_id}").unwrap(),
+            vec![
+                text("order:"),
+                value("order", &["id"]),
+                text(":"),
+                value("user_id", &[]),
+            ]
+        );
+        assert_eq!(parse_pieces("{{a}}").unwrap(), vec![text("{a}")]);
+        assert_eq!(
+            parse_pieces("{self.inner.0}x").unwrap(),
+            vec![value("self", &["inner", "0"]), text("x")]
+        );
+        assert_eq!(
+            parse_pieces("{{{a}}}").unwrap(),
+            vec![text("{"), value("a", &[]), text("}")]
+        );
+        assert_eq!(
+            parse_pieces("{r#type}").unwrap(),
+            vec![value("r#type", &[])]
+        );
+    }
+
+    #[test]
+    fn malformed_templates() {
+        let one = |t: &str| parse_pieces(t).unwrap_err().join(" | ");
+        assert!(one("").contains("the key is empty"));
+        assert!(one("a{b").contains("unclosed `{`"));
+        assert!(one("a{b{c}").contains("unclosed `{`"));
+        assert!(one("a}b").contains("unmatched `}`"));
+        assert!(one("a{}").contains("empty placeholder"));
+        assert!(one("{id:?}").contains("format specs are not supported"));
+        assert!(one("{ id }").contains("starts with a parameter name"));
+        assert!(one("{0}").contains("starts with a parameter name"));
+        assert!(one("{a.b()}").contains("`b()` is not a field name"));
+        assert!(one("{a..b}").contains("is not a field name"));
+        assert_eq!(parse_pieces("}{x").unwrap_err().len(), 2);
+    }
+
+    fn check(sig: &str, key: &str) -> String {
+        let sig: Signature = syn::parse_str(sig).unwrap();
+        let lit = LitStr::new(key, Span::call_site());
+        match Template::parse(&lit).and_then(|t| t.check(&sig)) {
+            Ok(()) => String::new(),
+            Err(e) => e
+                .into_iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(" | "),
+        }
+    }
+
+    #[test]
+    fn placeholders_must_name_parameters() {
+        let sig = "async fn pay(order: &Order, (a, b): (u8, u8), mut n: u32, Point { x, .. }: P)";
+        assert_eq!(check(sig, "{order.id}:{a}:{b}:{n}:{x}"), "");
+        let e = check(sig, "{ordr.id}");
+        assert!(e.contains("`fn pay` has no parameter `ordr`"), "{e}");
+        assert!(e.contains("did you mean `order`?"), "{e}");
+        assert!(e.contains("`order`, `a`, `b`, `n`, `x`"), "{e}");
+        let e = check(sig, "{self.id}");
+        assert!(e.contains("has no `self` parameter"), "{e}");
+        assert_eq!(check("async fn m(&self, id: u8)", "{self.id}:{id}"), "");
+        let e = check("async fn m()", "{zzz}");
+        assert!(e.contains("it has no parameters"), "{e}");
+        assert!(!e.contains("did you mean"), "{e}");
+    }
+
+    #[test]
+    fn rendering() {
+        let krate: Path = syn::parse_str("::dlock").unwrap();
+        let render = |key: &str| {
+            let lit = LitStr::new(key, Span::call_site());
+            Template::parse(&lit).unwrap().render(&krate).to_string()
+        };
+        assert_eq!(
+            render("o:{order.id}:{{x}}:{p.0}"),
+            ":: std :: format ! (\"o:{}:{{x}}:{}\" , :: dlock :: KeyPart (& order . id) , \
+             :: dlock :: KeyPart (& p . 0))"
+        );
+        assert_eq!(
+            render("plain:{{x}}"),
+            ":: std :: string :: String :: from (\"plain:{x}\")"
+        );
+    }
+
+    #[test]
+    fn suggestions() {
+        assert_eq!(
+            closest("ordr", ["order", "user"].into_iter()),
+            Some("order")
+        );
+        assert_eq!(closest("tll", ["key", "ttl"].into_iter()), Some("ttl"));
+        assert_eq!(closest("xyz", ["order"].into_iter()), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+}
