@@ -110,7 +110,9 @@ fn result_error_span(output: &ReturnType) -> syn::Result<Span> {
             ))
         }
     };
-    let Some(last) = last_segment(ty).filter(|s| s.ident == "Result") else {
+    // Syntactic, as a macro must be: `Result`, `io::Result`, `anyhow::Result` and aliases named
+    // like `JobResult` pass; rustc then checks the `Err(..)` the expansion builds.
+    let Some(last) = last_segment(ty).filter(|s| s.ident.to_string().ends_with("Result")) else {
         return Err(syn::Error::new_spanned(ty, HOW));
     };
     let error_type = match &last.arguments {
@@ -152,10 +154,11 @@ fn generate(
     let guard = syn::Ident::new("__dlock_guard", m);
     let err = syn::Ident::new("__dlock_err", m);
     let ret = syn::Ident::new("__dlock_ret", m);
+    let acquired = syn::Ident::new("__dlock_acquired", m);
 
     // Built on the `E` of `Result<T, E>`: without `From<LockError>` rustc blames that type.
     let lock_failed = quote_spanned! {error_span=>
-        return ::core::result::Result::Err(::core::convert::From::from(#err))
+        ::core::result::Result::Err(::core::convert::From::from(#err))
     };
 
     let key_expr = match template {
@@ -176,7 +179,8 @@ fn generate(
         None => quote! {
             let #client = match #krate::LockClient::global() {
                 ::core::result::Result::Ok(c) => c,
-                ::core::result::Result::Err(#err) => #lock_failed,
+                #[allow(clippy::useless_conversion)] // `E` may be `LockError` itself
+                ::core::result::Result::Err(#err) => return #lock_failed,
             };
         },
     };
@@ -204,21 +208,27 @@ fn generate(
         ReturnType::Default => quote!(()),
     };
 
+    // A `match` rather than `let guard = ...?`: the guard is bound in the arm that runs the
+    // body, so nothing (clippy's `significant_drop_tightening` included) can mistake it for a
+    // binding that outlives its use.
     quote! {
         #(#outer_attrs)*
         #vis #sig {
             #(#inner_attrs)*
             let #key: ::std::string::String = #key_expr;
             #get_client
-            let #guard = match #client.lock(#key) #(#options)* .acquire().await {
-                ::core::result::Result::Ok(g) => g,
+            let #acquired = #client.lock(#key) #(#options)* .acquire().await;
+            match #acquired {
+                ::core::result::Result::Ok(#guard) => {
+                    let #ret: #ret_ty = #guard.scope(async move #block).await;
+                    // The body's result wins over a failed release: its effects already
+                    // happened, and the lease expires on its own. `release_logged` logs it.
+                    #krate::LockGuard::release_logged(#guard).await;
+                    #ret
+                }
+                #[allow(clippy::useless_conversion)] // `E` may be `LockError` itself
                 ::core::result::Result::Err(#err) => #lock_failed,
-            };
-            let #ret: #ret_ty = #guard.scope(async move #block).await;
-            // The body's result wins over a failed release: its effects already happened, and
-            // the lease expires on its own. `release_logged` logs the failure at warn.
-            #krate::LockGuard::release_logged(#guard).await;
-            #ret
+            }
         }
     }
 }
@@ -269,22 +279,25 @@ mod tests {
                     ::std::format!("order:{}", ::dlock::KeyPart(&order.id));
                 let __dlock_client = match ::dlock::LockClient::global() {
                     ::core::result::Result::Ok(c) => c,
+                    #[allow(clippy::useless_conversion)]
                     ::core::result::Result::Err(__dlock_err) =>
                         return ::core::result::Result::Err(::core::convert::From::from(__dlock_err)),
                 };
-                let __dlock_guard = match __dlock_client.lock(__dlock_key)
+                let __dlock_acquired = __dlock_client.lock(__dlock_key)
                     .ttl(::core::time::Duration::from_millis(30000))
                     .wait(::core::time::Duration::from_millis(5000))
-                    .acquire().await
-                {
-                    ::core::result::Result::Ok(g) => g,
+                    .acquire().await;
+                match __dlock_acquired {
+                    ::core::result::Result::Ok(__dlock_guard) => {
+                        let __dlock_ret: Result<u8, AppError> =
+                            __dlock_guard.scope(async move { Ok(order.amount) }).await;
+                        ::dlock::LockGuard::release_logged(__dlock_guard).await;
+                        __dlock_ret
+                    }
+                    #[allow(clippy::useless_conversion)]
                     ::core::result::Result::Err(__dlock_err) =>
-                        return ::core::result::Result::Err(::core::convert::From::from(__dlock_err)),
-                };
-                let __dlock_ret: Result<u8, AppError> =
-                    __dlock_guard.scope(async move { Ok(order.amount) }).await;
-                ::dlock::LockGuard::release_logged(__dlock_guard).await;
-                __dlock_ret
+                        ::core::result::Result::Err(::core::convert::From::from(__dlock_err)),
+                }
             }
         };
         assert_eq!(out, want.to_string());
@@ -342,6 +355,8 @@ mod tests {
             .unwrap_err()
             .contains("goes on an `async fn`"));
         assert!(expand_str("", "async fn f() -> io::Result<()> { Ok(()) }").is_ok());
+        assert!(expand_str("", "async fn f() -> JobResult<()> { Ok(()) }").is_ok());
+        assert!(expand_str("", "async fn f() -> Option<()> { None }").is_err());
     }
 
     #[test]
