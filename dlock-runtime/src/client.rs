@@ -132,8 +132,10 @@ impl ClientInner {
         self.conns[i].clone()
     }
 
-    /// A new owner id: this client's id plus a sequence number.
-    pub(crate) fn new_owner(&self) -> String {
+    /// An id unique across every client and process: this client's random id plus a sequence
+    /// number. Used for owners, release request ids and re-entry markers; a bare sequence
+    /// number would let two clients answer each other's release from the latch.
+    pub(crate) fn unique_id(&self) -> String {
         format!("{}:{}", self.client_id, self.next_seq())
     }
 

@@ -172,7 +172,7 @@ pub(crate) fn spawn_release(client: LockClient, hold: Arc<Hold>) {
 /// answers a retry of a release that already ran instead of releasing twice.
 async fn release_script(client: &LockClient, hold: &Hold) -> Result<i64, LockError> {
     let inner = &client.inner;
-    let latch = format!("{}{}", hold.keys.latch_prefix, inner.next_seq());
+    let latch = format!("{}{}", hold.keys.latch_prefix, inner.unique_id());
     let mut attempt = 0;
     loop {
         let mut conn = inner.conn();

@@ -203,7 +203,7 @@ impl Lock {
             inner.client_id.clone(),
             self.name.clone(),
             self.keys.clone(),
-            inner.new_owner(),
+            inner.unique_id(),
             lease,
         ));
         // Registered before the first request goes out; removed again on any failure or
@@ -267,7 +267,7 @@ impl Lock {
         let marker = format!(
             "{}reentry:{}",
             self.keys.latch_prefix,
-            self.client.inner.next_seq()
+            self.client.inner.unique_id()
         );
         parent.local_holds.fetch_add(1, Ordering::AcqRel);
         let sent_at = Instant::now();

@@ -64,7 +64,7 @@ impl Drop for Orphan {
         let owner = std::mem::take(&mut self.owner);
         let marker = self.reentry_marker.take();
         let channel = std::mem::take(&mut self.channel);
-        let latch = format!("{}{}", self.latch_prefix, self.client.inner.next_seq());
+        let latch = format!("{}{}", self.latch_prefix, self.client.inner.unique_id());
         let (lease_ms, latch_ms) = (
             self.lease_ms,
             self.client.inner.latch_ttl.as_millis() as u64,

@@ -1,0 +1,58 @@
+//! Shared by the examples: where Redis is, and what one round trip to it costs.
+
+#![allow(dead_code)] // each example uses a different part
+
+use std::time::{Duration, Instant};
+
+use dlock::testing::RedisServer;
+
+/// `$REDIS_URL`, or a throw-away redis-server started for this run (kept alive by the
+/// returned handle, killed when it is dropped).
+pub fn redis_url() -> (String, Option<RedisServer>) {
+    match std::env::var("REDIS_URL") {
+        Ok(url) => (url, None),
+        Err(_) => {
+            let server = RedisServer::start().unwrap_or_else(|e| {
+                eprintln!("REDIS_URL is unset and starting redis-server failed: {e}");
+                std::process::exit(2);
+            });
+            eprintln!("REDIS_URL unset: started a temporary redis-server at {}", server.url());
+            (server.url(), Some(server))
+        }
+    }
+}
+
+/// Median of `n` sequential PINGs on a multiplexed connection, the unit every figure is
+/// divided by (these machines are noisy; ratios travel, absolute times do not).
+pub async fn ping_rtt(url: &str, n: usize) -> Duration {
+    let client = dlock::redis::Client::open(url).expect("redis url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect for PING");
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let _: String = dlock::redis::cmd("PING")
+            .query_async(&mut conn)
+            .await
+            .expect("PING");
+        samples.push(t.elapsed());
+    }
+    percentile(&mut samples, 0.5)
+}
+
+/// The `p` quantile (0..=1) of the samples (sorts them).
+pub fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort_unstable();
+    if samples.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((samples.len() - 1) as f64 * p).round() as usize;
+    samples[i]
+}
+
+/// `12.3 µs (1.85 RTT)`.
+pub fn fmt_rtt(d: Duration, rtt: Duration) -> String {
+    format!("{:>9.1?} ({:>6.2} RTT)", d, d.as_secs_f64() / rtt.as_secs_f64())
+}
