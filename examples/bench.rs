@@ -82,7 +82,12 @@ async fn handoff(a: &LockClient, b: &LockClient, label: &str, rtt: Duration) {
 async fn contention(client: &LockClient, admin: &mut MultiplexedConnection, rtt: Duration) {
     let tasks = 16;
     let run_for = Duration::from_secs(5);
-    let _: () = redis::cmd("SET").arg("bench:counter").arg(0).query_async(admin).await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("bench:counter")
+        .arg(0)
+        .query_async(admin)
+        .await
+        .unwrap();
     let done = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let handles: Vec<_> = (0..tasks)
@@ -95,8 +100,17 @@ async fn contention(client: &LockClient, admin: &mut MultiplexedConnection, rtt:
                 let mut mine = 0u64;
                 while start.elapsed() < run_for {
                     let g = lock.acquire().await.unwrap();
-                    let n: u64 = redis::cmd("GET").arg("bench:counter").query_async(&mut conn).await.unwrap();
-                    let _: () = redis::cmd("SET").arg("bench:counter").arg(n + 1).query_async(&mut conn).await.unwrap();
+                    let n: u64 = redis::cmd("GET")
+                        .arg("bench:counter")
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    let _: () = redis::cmd("SET")
+                        .arg("bench:counter")
+                        .arg(n + 1)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
                     g.release().await.unwrap();
                     mine += 1;
                 }
@@ -111,7 +125,11 @@ async fn contention(client: &LockClient, admin: &mut MultiplexedConnection, rtt:
     }
     let elapsed = start.elapsed();
     let total = done.load(Ordering::Relaxed);
-    let counter: u64 = redis::cmd("GET").arg("bench:counter").query_async(admin).await.unwrap();
+    let counter: u64 = redis::cmd("GET")
+        .arg("bench:counter")
+        .query_async(admin)
+        .await
+        .unwrap();
     let mean = total as f64 / tasks as f64;
     let per_op = elapsed / total.max(1) as u32;
     println!(
@@ -134,7 +152,11 @@ async fn client_conn(client: &LockClient) -> MultiplexedConnection {
 }
 
 async fn connected_clients(admin: &mut MultiplexedConnection) -> usize {
-    let list: String = redis::cmd("CLIENT").arg("LIST").query_async(admin).await.unwrap();
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(admin)
+        .await
+        .unwrap();
     list.lines().count()
 }
 
@@ -142,14 +164,22 @@ async fn many_waiters(url: &str, admin: &mut MultiplexedConnection, rtt: Duratio
     let holder = LockClient::connect(url).await.unwrap();
     let mut held = Vec::new();
     for k in 0..1000 {
-        held.push(holder.lock(format!("bench:many:{k}")).acquire().await.unwrap());
+        held.push(
+            holder
+                .lock(format!("bench:many:{k}"))
+                .acquire()
+                .await
+                .unwrap(),
+        );
     }
     let before = connected_clients(admin).await;
     let waiters = LockClient::connect(url).await.unwrap();
     let (parked_tx, mut parked_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let tasks: Vec<_> = (0..10_000)
         .map(|i| {
-            let lock = waiters.lock(format!("bench:many:{}", i % 1000)).wait(Duration::from_secs(120));
+            let lock = waiters
+                .lock(format!("bench:many:{}", i % 1000))
+                .wait(Duration::from_secs(120));
             let parked_tx = parked_tx.clone();
             tokio::spawn(async move {
                 let _ = parked_tx.send(());
@@ -185,12 +215,27 @@ async fn watchdog(url: &str, admin: &mut MultiplexedConnection, rtt: Duration) {
     let ttl = Duration::from_secs(3);
     let mut held = Vec::new();
     for k in 0..10_000 {
-        held.push(client.lock(format!("bench:wd:{k}")).ttl(ttl).acquire().await.unwrap());
+        held.push(
+            client
+                .lock(format!("bench:wd:{k}"))
+                .ttl(ttl)
+                .acquire()
+                .await
+                .unwrap(),
+        );
     }
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(admin).await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(admin)
+        .await
+        .unwrap();
     let window = Duration::from_secs(4);
     tokio::time::sleep(window).await;
-    let stats: String = redis::cmd("INFO").arg("commandstats").query_async(admin).await.unwrap();
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(admin)
+        .await
+        .unwrap();
     let calls = |cmd: &str| -> u64 {
         stats
             .lines()

@@ -13,17 +13,21 @@ async fn acquire_reenter_release_and_handoff() {
     let g = lock.acquire().await.unwrap();
     assert_eq!(g.hold_count(), 1);
     let t1 = g.fencing_token();
-    let inner = g
-        .scope(async {
-            let g2 = lock.acquire().await.unwrap();
-            assert_eq!(g2.hold_count(), 2);
-            g2.release().await.unwrap();
-        });
+    let inner = g.scope(async {
+        let g2 = lock.acquire().await.unwrap();
+        assert_eq!(g2.hold_count(), 2);
+        g2.release().await.unwrap();
+    });
     inner.await;
     assert!(lock.is_locked().await.unwrap());
     let other = LockClient::connect(&server.url()).await.unwrap();
     let waiter = tokio::spawn(async move {
-        let g = other.lock("smoke").wait(Duration::from_secs(20)).acquire().await.unwrap();
+        let g = other
+            .lock("smoke")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
         g.fencing_token()
     });
     g.release().await.unwrap();

@@ -16,7 +16,10 @@ pub fn redis_url() -> (String, Option<RedisServer>) {
                 eprintln!("REDIS_URL is unset and starting redis-server failed: {e}");
                 std::process::exit(2);
             });
-            eprintln!("REDIS_URL unset: started a temporary redis-server at {}", server.url());
+            eprintln!(
+                "REDIS_URL unset: started a temporary redis-server at {}",
+                server.url()
+            );
             (server.url(), Some(server))
         }
     }
@@ -54,5 +57,9 @@ pub fn percentile(samples: &mut [Duration], p: f64) -> Duration {
 
 /// `12.3 µs (1.85 RTT)`.
 pub fn fmt_rtt(d: Duration, rtt: Duration) -> String {
-    format!("{:>9.1?} ({:>6.2} RTT)", d, d.as_secs_f64() / rtt.as_secs_f64())
+    format!(
+        "{:>9.1?} ({:>6.2} RTT)",
+        d,
+        d.as_secs_f64() / rtt.as_secs_f64()
+    )
 }
