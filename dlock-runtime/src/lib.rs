@@ -42,6 +42,26 @@
 //! * **Releases are idempotent per request**: a release retried after a lost reply is answered
 //!   from a short-lived latch instead of releasing twice.
 //!
+//! # Connections
+//!
+//! Commands go over redis-rs `ConnectionManager`s (multiplexed, reconnecting, cancel-safe:
+//! a dropped request is discarded, never left to corrupt the next reply). We measured against
+//! deadpool-redis and chose not to pool: deadpool-redis 0.23 checks every connection out with an
+//! `UNWATCH` + `PING` round trip, which would double the cost of an uncontended acquire +
+//! release, while one multiplexed connection already pipelines every concurrent request.
+//! `LockClientBuilder::connections(n)` spreads commands over `n` of them. Waiters share one
+//! separate pub/sub connection; nothing blocking (WAIT, BLPOP) is ever sent on a command
+//! connection, so the watchdog's renewals are never stuck behind one.
+//!
+//! # Where this differs from Redisson
+//!
+//! * Tasks of one process queue locally (FIFO) per key before contending in Redis: no local
+//!   barging, one subscription per key, and Redis load that grows with keys, not tasks. Across
+//!   processes the lock is not fair (like Redisson's `RLock`).
+//! * `try_acquire` returns `None` when another task of this process is queued for the key,
+//!   without asking Redis.
+//! * Fencing tokens and a lost-lock signal exist (Redisson has neither on `RLock`).
+//!
 //! # Defaults
 //!
 //! TTL 30 s ([`DEFAULT_TTL`]), wait 10 s ([`DEFAULT_WAIT`]), key prefix `dlock:`, response
