@@ -84,6 +84,7 @@ mod names;
 mod orphan;
 mod scope;
 mod scripts;
+mod stock;
 mod waiters;
 mod watchdog;
 
@@ -96,6 +97,10 @@ pub use error::LockError;
 pub use guard::LockGuard;
 pub use lock::Lock;
 pub use names::{cluster_slot, KeyPart};
+pub use stock::{
+    Audit, Init, Part, SegmentAudit, SegmentHold, SegmentLocks, SegmentedStock, Take,
+    DEFAULT_DRAINED_FOR, MAX_ORDER_ID_LEN, MAX_SEGMENTS, MAX_UNITS,
+};
 
 /// The redis-rs version dlock is built on, so your code can match it.
 pub use redis;

@@ -29,7 +29,7 @@ impl<T: fmt::Display + ?Sized> fmt::Display for KeyPart<'_, T> {
     }
 }
 
-fn escape<'a>(raw: &'a str, special: &[char]) -> Cow<'a, str> {
+pub(crate) fn escape<'a>(raw: &'a str, special: &[char]) -> Cow<'a, str> {
     if !raw.contains(special) {
         return Cow::Borrowed(raw);
     }

@@ -19,3 +19,15 @@ pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/force_unlock.lua")));
+
+// Segmented stock (stock.rs): one script per step, each touching the keys of one segment only.
+pub(crate) static STOCK_META: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/stock_meta.lua")));
+pub(crate) static STOCK_INIT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/stock_init.lua")));
+pub(crate) static STOCK_TAKE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/stock_take.lua")));
+pub(crate) static STOCK_GIVE_BACK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/stock_give_back.lua")));
+pub(crate) static STOCK_AUDIT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/stock_audit.lua")));
