@@ -259,6 +259,14 @@ pub(crate) fn parse_duration(text: &str) -> Result<u64, String> {
         "m" => 60_000,
         "h" => 3_600_000,
         "" => return Err(format!("the unit is missing; {HINT}")),
+        other if other.starts_with('.') => {
+            return Err(format!(
+                "fractions are not supported; use a smaller unit ({HINT})"
+            ))
+        }
+        other if other.starts_with(' ') => {
+            return Err(format!("no space between the number and the unit; {HINT}"))
+        }
         other => return Err(format!("unknown unit `{other}`; {HINT}")),
     };
     number

@@ -39,8 +39,13 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
             unreachable!("an error was pushed");
         }
     };
-    check_async(&func).map_err(|e| errors.push(e)).ok();
-    let error_span = result_error_span(&func.sig.output).map_err(|e| errors.push(e));
+    let is_async = check_async(&func).map_err(|e| errors.push(e)).is_ok();
+    let error_site = if is_async || !looks_like_async_trait(&func) {
+        error_site(&func.sig).map_err(|e| errors.push(e))
+    } else {
+        // Its `Pin<Box<dyn Future>>` return type is not the user's mistake: say nothing more.
+        Err(())
+    };
     let template = match args.as_ref().and_then(|a| a.key.as_ref()) {
         Some(lit) => Template::parse(lit)
             .and_then(|t| t.check(&func.sig).map(|()| Some(t)))
@@ -49,10 +54,10 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
         None => None,
     };
     errors.finish()?;
-    let (Some(args), Ok(error_span)) = (args, error_span) else {
+    let (Some(args), Ok(error_site)) = (args, error_site) else {
         unreachable!("errors were reported above");
     };
-    Ok(generate(&args, template.as_ref(), func, error_span))
+    Ok(generate(&args, template.as_ref(), func, error_site))
 }
 
 fn check_async(func: &ItemFn) -> syn::Result<()> {
@@ -95,17 +100,25 @@ fn last_segment(ty: &Type) -> Option<&syn::PathSegment> {
     }
 }
 
-/// Checks the return type is `Result<..>` and returns the span rustc should blame when the
-/// error type has no `From<LockError>`: the `E` of `Result<T, E>` when written, else the type.
-fn result_error_span(output: &ReturnType) -> syn::Result<Span> {
+/// Where the lock error is converted into the function's error type.
+struct ErrorSite {
+    /// What rustc blames when the error type has no `From<LockError>`: the `E` of
+    /// `Result<T, E>` when written out, else the whole return type (`io::Result<T>`).
+    span: Span,
+    /// `E`, when written out: the conversion then names it, so rustc's error does too.
+    ty: Option<Type>,
+}
+
+/// Checks the return type is `Result<..>` and finds the error type in it.
+fn error_site(sig: &syn::Signature) -> syn::Result<ErrorSite> {
     const HOW: &str = "#[distributed_lock] needs the function to return `Result<T, E>` with \
                        `E: From<dlock::LockError>`: when the lock cannot be taken the function \
                        returns `Err(LockError.into())` instead of running the body";
-    let ty = match output {
+    let ty = match &sig.output {
         ReturnType::Type(_, ty) => ty,
         ReturnType::Default => {
             return Err(syn::Error::new(
-                Span::call_site(),
+                sig.ident.span(),
                 format!("{HOW}; this function returns `()`"),
             ))
         }
@@ -119,18 +132,32 @@ fn result_error_span(output: &ReturnType) -> syn::Result<Span> {
         PathArguments::AngleBracketed(a) => a
             .args
             .iter()
-            .filter(|a| matches!(a, GenericArgument::Type(_)))
+            .filter_map(|a| match a {
+                GenericArgument::Type(t) => Some(t),
+                _ => None,
+            })
             .nth(1),
         _ => None,
     };
-    Ok(error_type.map_or_else(|| ty.span(), Spanned::span))
+    Ok(ErrorSite {
+        span: error_type.map_or_else(|| ty.span(), Spanned::span),
+        ty: error_type.filter(|t| !contains_impl_or_infer(t)).cloned(),
+    })
+}
+
+fn contains_impl_or_infer(ty: &Type) -> bool {
+    let text = quote!(#ty).to_string();
+    text.contains("impl ")
+        || text
+            .split(|c: char| !c.is_alphanumeric() && c != '_')
+            .any(|w| w == "_")
 }
 
 fn generate(
     args: &Args,
     template: Option<&Template>,
     func: ItemFn,
-    error_span: Span,
+    error_site: ErrorSite,
 ) -> TokenStream {
     let ItemFn {
         attrs,
@@ -138,6 +165,7 @@ fn generate(
         sig,
         block,
     } = func;
+    let user_braces = block.brace_token.span.join();
     let (inner_attrs, outer_attrs): (Vec<_>, Vec<_>) = attrs
         .into_iter()
         .partition(|a| matches!(a.style, AttrStyle::Inner(_)));
@@ -156,9 +184,17 @@ fn generate(
     let ret = syn::Ident::new("__dlock_ret", m);
     let acquired = syn::Ident::new("__dlock_acquired", m);
 
-    // Built on the `E` of `Result<T, E>`: without `From<LockError>` rustc blames that type.
+    // Spanned at the `E` of `Result<T, E>` and naming it when written out: without
+    // `From<LockError>` rustc then blames the user's error type, not the attribute.
+    let error_span = error_site.span;
+    let convert = match &error_site.ty {
+        Some(e) => quote_spanned! {error_span=>
+            <#e as ::core::convert::From<#krate::LockError>>::from
+        },
+        None => quote_spanned! {error_span=> ::core::convert::From::from },
+    };
     let lock_failed = quote_spanned! {error_span=>
-        ::core::result::Result::Err(::core::convert::From::from(#err))
+        ::core::result::Result::Err(#convert(#err))
     };
 
     let key_expr = match template {
@@ -211,25 +247,31 @@ fn generate(
     // A `match` rather than `let guard = ...?`: the guard is bound in the arm that runs the
     // body, so nothing (clippy's `significant_drop_tightening` included) can mistake it for a
     // binding that outlives its use.
+    let body = quote! {
+        #(#inner_attrs)*
+        let #key: ::std::string::String = #key_expr;
+        #get_client
+        let #acquired = #client.lock(#key) #(#options)* .acquire().await;
+        match #acquired {
+            ::core::result::Result::Ok(#guard) => {
+                let #ret: #ret_ty = #guard.scope(async move #block).await;
+                // The body's result wins over a failed release: its effects already
+                // happened, and the lease expires on its own. `release_logged` logs it.
+                #krate::LockGuard::release_logged(#guard).await;
+                #ret
+            }
+            #[allow(clippy::useless_conversion)] // `E` may be `LockError` itself
+            ::core::result::Result::Err(#err) => #lock_failed,
+        }
+    };
+    // The new body keeps the braces' original span: rustc skips `dead_code` (and other lints)
+    // for a fn whose item span ends in macro-generated tokens, so unused annotated fns would
+    // silently stop being reported.
+    let mut body = proc_macro2::Group::new(proc_macro2::Delimiter::Brace, body);
+    body.set_span(user_braces);
     quote! {
         #(#outer_attrs)*
-        #vis #sig {
-            #(#inner_attrs)*
-            let #key: ::std::string::String = #key_expr;
-            #get_client
-            let #acquired = #client.lock(#key) #(#options)* .acquire().await;
-            match #acquired {
-                ::core::result::Result::Ok(#guard) => {
-                    let #ret: #ret_ty = #guard.scope(async move #block).await;
-                    // The body's result wins over a failed release: its effects already
-                    // happened, and the lease expires on its own. `release_logged` logs it.
-                    #krate::LockGuard::release_logged(#guard).await;
-                    #ret
-                }
-                #[allow(clippy::useless_conversion)] // `E` may be `LockError` itself
-                ::core::result::Result::Err(#err) => #lock_failed,
-            }
-        }
+        #vis #sig #body
     }
 }
 
@@ -281,7 +323,8 @@ mod tests {
                     ::core::result::Result::Ok(c) => c,
                     #[allow(clippy::useless_conversion)]
                     ::core::result::Result::Err(__dlock_err) =>
-                        return ::core::result::Result::Err(::core::convert::From::from(__dlock_err)),
+                        return ::core::result::Result::Err(
+                            <AppError as ::core::convert::From<::dlock::LockError>>::from(__dlock_err)),
                 };
                 let __dlock_acquired = __dlock_client.lock(__dlock_key)
                     .ttl(::core::time::Duration::from_millis(30000))
@@ -296,7 +339,8 @@ mod tests {
                     }
                     #[allow(clippy::useless_conversion)]
                     ::core::result::Result::Err(__dlock_err) =>
-                        ::core::result::Result::Err(::core::convert::From::from(__dlock_err)),
+                        ::core::result::Result::Err(
+                            <AppError as ::core::convert::From<::dlock::LockError>>::from(__dlock_err)),
                 }
             }
         };

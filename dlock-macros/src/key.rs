@@ -84,6 +84,9 @@ impl Template {
     /// rustc on the key, the only place the user wrote it.
     pub(crate) fn render(&self, krate: &Path) -> TokenStream {
         let span = self.lit.span();
+        // Even the facade path: one token spanned elsewhere would stretch the span rustc
+        // reports for the whole `format!` call from the literal to the attribute.
+        let krate = respan(quote!(#krate), span);
         let mut format = String::new();
         let mut values = Vec::new();
         for piece in &self.pieces {
@@ -105,8 +108,25 @@ impl Template {
             return quote!(::std::string::String::from(#text));
         }
         let format = LitStr::new(&format, span);
-        quote!(::std::format!(#format #(, #values)*))
+        // The macro call carries the literal's span too, so the errors rustc raises inside
+        // `format_args!` (a value that is not `Display`) land on the key, not the attribute.
+        quote_spanned!(span=> ::std::format!(#format #(, #values)*))
     }
+}
+
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tt| {
+            if let proc_macro2::TokenTree::Group(g) = &tt {
+                let mut inner = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), span));
+                inner.set_span(span);
+                tt = inner.into();
+            }
+            tt.set_span(span);
+            tt
+        })
+        .collect()
 }
 
 fn shown(root: &str, members: &[String]) -> String {

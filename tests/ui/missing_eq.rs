@@ -1,0 +1,9 @@
+#![allow(dead_code)]
+use dlock::{distributed_lock, LockError};
+
+#[distributed_lock(key "job")]
+async fn run() -> Result<(), LockError> {
+    Ok(())
+}
+
+fn main() {}

@@ -1,0 +1,6 @@
+use dlock::distributed_lock;
+
+#[distributed_lock(key = "job")]
+struct Job;
+
+fn main() {}
