@@ -86,6 +86,9 @@ pub const DEFAULT_DRAINED_FOR: Duration = Duration::from_millis(100);
 ///   complete: [`Take::Split`]. If concurrent buyers took the units meanwhile, the parts go
 ///   back and the answer is [`Take::SoldOut`]: the stock really was not there for it. Never a
 ///   sold-out answer while the segments together hold the quantity at the time they are read.
+///   Parts are taken one round trip apart, so while a split that will not complete holds
+///   some, a concurrent buyer can find them gone: with multi-unit orders the last few units
+///   can be refused once and sell to a later buyer.
 /// * **Drained view.** Replies carry the segment's level; segments seen empty are remembered for
 ///   [`SegmentedStock::drained_for`] (default 100 ms). While every segment is known empty, a take
 ///   costs one round trip (the home segment, which also answers a retry of an order that took

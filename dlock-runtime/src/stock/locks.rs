@@ -129,6 +129,11 @@ impl SegmentLocks {
         &self.lock_names[i as usize]
     }
 
+    /// The segment a route id tries first.
+    pub fn home_segment(&self, route: &str) -> u32 {
+        self.routing.home(route)
+    }
+
     /// Runs `deduct` on one segment at a time, holding that segment's lock, until it returns
     /// `Ok(Some(_))` (done), `Err(_)` (returned as is), or every segment said `Ok(None)`
     /// (empty): then the answer is `Ok(None)`, sold out. `route` (an order or buyer id) picks

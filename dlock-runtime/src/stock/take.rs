@@ -175,7 +175,9 @@ impl SegmentedStock {
                 .await?
             {
                 Step::Took(n) => {
-                    took_now |= n > 0;
+                    // Concurrent duplicates may each take some parts; the one that wrote the
+                    // first segment's record answers for the order, the others AlreadyTaken.
+                    took_now |= of.is_none();
                     of.get_or_insert(qty);
                     n
                 }
