@@ -375,6 +375,10 @@ mod tests {
             out.contains("my :: dlock :: LockGuard :: release_logged"),
             "{out}"
         );
+        // No `E` written out (an alias): the conversion falls back to `From::from`.
+        let out = expand_str("", "async fn f() -> io::Result<()> { Ok(()) }").unwrap();
+        let fallback = "Err (:: core :: convert :: From :: from (__dlock_err))";
+        assert!(out.contains(fallback), "{out}");
     }
 
     #[test]
