@@ -119,9 +119,31 @@ trait NativeAsyncJob {
     async fn run_native(&mut self, id: u32) -> Result<bool, AppError>;
 }
 
+/// A default method body in a trait definition, keyed on `self` as a whole (`Display`).
+trait Named: std::fmt::Display + Sync {
+    fn locks(&self) -> &LockClient;
+
+    #[distributed_lock(key = "named:{self}", client = self.locks())]
+    async fn touch(&self) -> Result<bool, AppError> {
+        held(self.locks(), &format!("named:{self}")).await
+    }
+}
+
 struct Worker {
     locks: LockClient,
     runs: u32,
+}
+
+impl std::fmt::Display for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "worker-{}", self.runs)
+    }
+}
+
+impl Named for Worker {
+    fn locks(&self) -> &LockClient {
+        &self.locks
+    }
 }
 
 impl Job for Worker {
@@ -201,6 +223,8 @@ async fn every_shape_holds_the_lock_it_names() {
     assert!(worker.run(1).await.unwrap());
     assert!(worker.run_native(2).await.unwrap());
     assert_eq!(worker.runs, 1);
+    assert!(worker.touch().await.unwrap());
+    assert!(!held(&locks, "named:worker-1").await.unwrap());
 
     let state = AppState {
         locks: locks.clone(),
