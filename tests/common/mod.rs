@@ -1,0 +1,141 @@
+//! Helpers shared by the `lock_*` integration tests: servers, raw Redis access, polling.
+//!
+//! Every test starts its own `redis-server`. Polling (`eventually`) is only used where the
+//! event happens inside Redis (a key expiring, a background release landing) and cannot be
+//! awaited directly; the deadline is generous and the poll interval short.
+
+// Each test binary uses a different subset of these helpers.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use dlock::redis::aio::MultiplexedConnection;
+use dlock::testing::RedisServer;
+use dlock::{Lock, LockClient};
+
+/// A fresh, empty redis-server for this test.
+pub fn server() -> RedisServer {
+    RedisServer::start().expect("start redis-server (is it installed?)")
+}
+
+/// A `LockClient` with default settings.
+pub async fn client(server: &RedisServer) -> LockClient {
+    LockClient::connect(&server.url())
+        .await
+        .expect("connect LockClient")
+}
+
+/// A plain redis-rs connection, for the test's own reads and writes next to the locks.
+pub async fn raw(url: &str) -> MultiplexedConnection {
+    dlock::redis::Client::open(url)
+        .expect("redis url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("raw redis connection")
+}
+
+/// Polls `check` every 5 ms until it returns true; panics naming `what` after `within`.
+/// Returns how long it took.
+pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if check().await {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < within,
+            "{what}: still not the case after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits until nobody holds `lock` (the key is gone in Redis); returns how long that took.
+pub async fn until_unlocked(lock: &Lock, within: Duration) -> Duration {
+    eventually(within, &format!("lock `{}` free", lock.name()), || async {
+        !lock.is_locked().await.expect("is_locked")
+    })
+    .await
+}
+
+/// Lock hashes left in Redis: `KEYS dlock:*` minus the fencing counters (no TTL by design) and
+/// the release/re-entry latches (short-lived request ids).
+pub async fn lock_keys(conn: &mut MultiplexedConnection) -> Vec<String> {
+    let keys: Vec<String> = dlock::redis::cmd("KEYS")
+        .arg("dlock:*")
+        .query_async(conn)
+        .await
+        .expect("KEYS");
+    keys.into_iter()
+        .filter(|k| !k.ends_with(":fence") && !k.contains(":latch:"))
+        .collect()
+}
+
+/// The Redis state of a lock key, for failure messages: its fields (owner -> count), PTTL and
+/// the number of subscribers of its channel.
+pub async fn describe_lock(conn: &mut MultiplexedConnection, key: &str) -> String {
+    let fields: Vec<String> = dlock::redis::cmd("HGETALL")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .unwrap_or_default();
+    let pttl: i64 = dlock::redis::cmd("PTTL")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .unwrap_or(-3);
+    let subs: Vec<dlock::redis::Value> = dlock::redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(format!("{key}:chan"))
+        .query_async(conn)
+        .await
+        .unwrap_or_default();
+    format!("lock key {key}: fields {fields:?}, pttl {pttl} ms, channel subscribers {subs:?}")
+}
+
+/// A small xorshift generator: the tests only need cheap, reproducible-by-seed randomness.
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded from the clock; the seed is printed so a failing run can be replayed with
+    /// `Rng::new(seed)`.
+    pub fn from_clock() -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+            | 1;
+        println!("rng seed: {seed}");
+        Rng::new(seed)
+    }
+
+    pub fn new(seed: u64) -> Self {
+        Rng(seed | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// Uniform in `0..n` (n > 0), modulo bias irrelevant here.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Lets the runtime run other tasks `n` times: a random point inside an acquire in progress.
+pub async fn yield_times(n: u64) {
+    for _ in 0..n {
+        tokio::task::yield_now().await;
+    }
+}
