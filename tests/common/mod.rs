@@ -98,6 +98,33 @@ pub async fn describe_lock(conn: &mut MultiplexedConnection, key: &str) -> Strin
     format!("lock key {key}: fields {fields:?}, pttl {pttl} ms, channel subscribers {subs:?}")
 }
 
+/// Sends a signal to a process with kill(1) (the tests have no libc dependency).
+pub fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("run kill")
+        .success();
+    assert!(ok, "kill {sig} {pid} failed");
+}
+
+/// A SIGSTOPped process, resumed (SIGCONT) when dropped, so a failing assertion cannot leave
+/// it stopped.
+pub struct Stopped(u32);
+
+impl Stopped {
+    pub fn stop(pid: u32) -> Self {
+        signal(pid, "-STOP");
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        signal(self.0, "-CONT");
+    }
+}
+
 /// A small xorshift generator: the tests only need cheap, reproducible-by-seed randomness.
 pub struct Rng(u64);
 
