@@ -153,24 +153,35 @@ async fn sold_out_answers_from_the_drained_view_and_sees_give_backs() {
         .unwrap()
         .drained_for(Duration::from_secs(3600));
     let _ = stock.init(4).await.unwrap();
-    for i in 0..4 {
+    for i in 0..3 {
         assert!(stock.take(&format!("v{i}"), 1).await.unwrap().is_taken());
     }
+    // The last unit goes to an order whose home segment is already empty: it walks on.
+    let walked = (0..)
+        .map(|i| format!("w{i}"))
+        .find(|id| stock.home_segment(id) == stock.home_segment("v0"))
+        .unwrap();
+    let Take::Taken { segment } = stock.take(&walked, 1).await.unwrap() else {
+        panic!("the last unit sells");
+    };
+    assert_ne!(segment, stock.home_segment(&walked));
     // Every segment has been seen at 0 by now (each take reports its segment's level, and a
     // walk visits the ones it passes): sold-out answers come from the view.
     for i in 0..4 {
         let _ = stock.take(&format!("late{i}"), 1).await.unwrap();
     }
     assert_eq!(stock.take("late", 1).await.unwrap(), Take::SoldOut);
-    // A retry of an order that holds stock is still told so, not "sold out".
+    // A retry of an order that holds stock is still told so, not "sold out": whether it took
+    // at its home segment, or walked on from there to another one.
     assert_eq!(stock.take("v0", 1).await.unwrap(), Take::AlreadyTaken);
+    assert_eq!(stock.take(&walked, 1).await.unwrap(), Take::AlreadyTaken);
     // This handle's own give-back reopens its segment at once.
     assert_eq!(stock.give_back("v2").await.unwrap(), 1);
     assert!(stock.take("after", 1).await.unwrap().is_taken());
 
     // Another process's give-back is seen once the window ends; with the view off, at once.
     let other = SegmentedStock::new(&client, "sku:view", 4).unwrap();
-    assert_eq!(other.give_back("v3").await.unwrap(), 1);
+    assert_eq!(other.give_back(&walked).await.unwrap(), 1);
     let fresh = stock.clone().drained_for(Duration::ZERO);
     assert!(fresh.take("after2", 1).await.unwrap().is_taken());
     assert_eq!(fresh.remaining().await.unwrap(), 0);

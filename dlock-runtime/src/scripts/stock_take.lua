@@ -1,8 +1,8 @@
 -- One step of a take: try one segment for one order, atomically, and leave a record.
 -- KEYS[1] segment hash (left, initial), KEYS[2] order records of the segment (order id -> record)
 -- ARGV[1] order id, ARGV[2] units wanted here, ARGV[3] mode, ARGV[4] the order's whole quantity
--- Modes: 'w' whole (take all units here or record a pass), 'c' check (as 'w' but record no pass:
--- the caller stops afterwards), 'p' part of a split order (take what is here, up to ARGV[2]).
+-- Modes: 'w' whole (take all units here, or record a pass), 'p' part of a split order (take what
+-- is here, up to ARGV[2]).
 -- Records: w0 passed | w<q> holds q | p<n>/<q> holds n of a split order of q | r<n> gave n back |
 -- x<n> split rolled back, n returned. A record is written once from nothing (or w0 -> p in part
 -- mode) and then only closed (-> r/x), so every attempt of one order id, retries and concurrent
@@ -36,8 +36,6 @@ if left >= want then
   redis.call('HSET', KEYS[2], order, 'w' .. ARGV[2])
   return {1, want, left - want, ''}
 end
-if mode == 'w' then
-  -- The pass: a later attempt of this order must not take here once it took further along.
-  redis.call('HSET', KEYS[2], order, 'w0')
-end
+-- The pass: a later attempt of this order must not take here once it took further along.
+redis.call('HSET', KEYS[2], order, 'w0')
 return {0, 0, left, ''}

@@ -100,8 +100,6 @@ enum Step {
 #[derive(Clone, Copy)]
 enum Mode {
     Whole,
-    /// Whole, but record no pass: the caller stops after this step.
-    Check,
     Part,
 }
 
@@ -120,27 +118,32 @@ impl SegmentedStock {
             )));
         }
         let path = self.routing.path(order_id);
-        if self.looks_sold_out().await? {
-            // One round trip: the home segment takes if the view is stale there, and holds the
-            // record of an earlier attempt that took there.
-            match self.step(path[0], order_id, qty, qty, Mode::Check).await? {
-                Step::Took(_) => return Ok(Take::Taken { segment: path[0] }),
-                Step::Short { .. } => {
-                    tracing::debug!(stock = %self.name, order = order_id, "dlock: sold out (drained view)");
-                    return Ok(Take::SoldOut);
-                }
-                // An earlier attempt of this order walked on from here: follow it.
-                Step::Seen { .. } => {}
-            }
+        // Sold out as far as this process knows: one round trip of two plain reads, no script,
+        // nothing written. The home segment also holds the record of an earlier attempt that
+        // took there, so a retry still hears AlreadyTaken rather than SoldOut.
+        if self.looks_sold_out().await? && self.home_is_empty_for(path[0], order_id, qty).await? {
+            tracing::debug!(stock = %self.name, order = order_id, "dlock: sold out (drained view)");
+            return Ok(Take::SoldOut);
         }
         let mut seen_left = 0u64;
-        for &seg in &path {
+        let mut first_here = false;
+        for (i, &seg) in path.iter().enumerate() {
+            // Once every segment is known empty, a walk that wrote its home record itself (no
+            // earlier attempt of this order exists) may stop: it took nothing, so the passes
+            // it would leave further on protect nothing.
+            if i > 0 && first_here && self.view.state() == Drained::All {
+                tracing::debug!(stock = %self.name, order = order_id, "dlock: sold out (walk cut short)");
+                return Ok(Take::SoldOut);
+            }
             let (record, left) = match self.step(seg, order_id, qty, qty, Mode::Whole).await? {
                 Step::Took(_) => {
                     tracing::debug!(stock = %self.name, order = order_id, segment = seg, "dlock: taken");
                     return Ok(Take::Taken { segment: seg });
                 }
-                Step::Short { left } => (Record::Passed, left),
+                Step::Short { left } => {
+                    first_here |= i == 0;
+                    (Record::Passed, left)
+                }
                 Step::Seen { record, left } => (record, left),
             };
             match record {
@@ -308,7 +311,6 @@ impl SegmentedStock {
             .arg(want)
             .arg(match mode {
                 Mode::Whole => "w",
-                Mode::Check => "c",
                 Mode::Part => "p",
             })
             .arg(order_qty)
@@ -330,6 +332,27 @@ impl SegmentedStock {
                 left,
             },
         })
+    }
+
+    /// True when `seg` has fewer than `qty` units and no record of the order: then this
+    /// attempt may answer SoldOut without walking (it takes nothing, so it needs no passes).
+    async fn home_is_empty_for(
+        &self,
+        seg: u32,
+        order_id: &str,
+        qty: u64,
+    ) -> Result<bool, LockError> {
+        let k = &self.keys[seg as usize];
+        let mut conn = self.client.inner.conn();
+        let (left, record): (Option<u64>, Option<String>) = redis::pipe()
+            .hget(&k.stock, "left")
+            .hget(&k.records, order_id)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.redis_error(&k.stock, "stock take", e))?;
+        let left = left.ok_or_else(|| self.not_initialised(seg))?;
+        self.view.note(seg, left);
+        Ok(record.is_none() && left < qty)
     }
 
     /// True when every segment is known empty; refreshes stale entries with one read per

@@ -1,0 +1,136 @@
+//! The four ways to sell one hot item, each as the code a service would run per buyer.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use dlock::redis::aio::MultiplexedConnection;
+use dlock::redis::{self, AsyncCommands};
+use dlock::{distributed_lock, LockClient, LockError, SegmentedStock, Take};
+
+/// What a buyer is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Sold,
+    Refused,
+}
+
+/// A buyer's request failed (Redis down, lock wait timed out, ...): counted apart.
+#[derive(Debug)]
+pub enum BuyError {
+    Lock(LockError),
+    Redis(redis::RedisError),
+    Unexpected(Take),
+}
+
+impl From<LockError> for BuyError {
+    fn from(e: LockError) -> Self {
+        BuyError::Lock(e)
+    }
+}
+
+impl From<redis::RedisError> for BuyError {
+    fn from(e: redis::RedisError) -> Self {
+        BuyError::Redis(e)
+    }
+}
+
+impl std::fmt::Display for BuyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BuyError::Lock(e) => e.fmt(f),
+            BuyError::Redis(e) => e.fmt(f),
+            BuyError::Unexpected(t) => write!(f, "unexpected answer {t:?} to a first attempt"),
+        }
+    }
+}
+
+/// What every strategy shares: the lock client and a plain connection for the stock keys.
+#[derive(Clone)]
+pub struct Shop {
+    pub locks: LockClient,
+    pub db: MultiplexedConnection,
+    /// Prefix of this run's keys, so a shared Redis keeps runs apart.
+    pub prefix: String,
+}
+
+impl Shop {
+    /// The key of a plain stock counter.
+    pub fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    pub async fn set(&self, name: &str, units: u64) -> Result<(), BuyError> {
+        let _: () = self.db.clone().set(self.key(name), units).await?;
+        Ok(())
+    }
+
+    pub async fn get(&self, name: &str) -> Result<i64, BuyError> {
+        Ok(self.db.clone().get(self.key(name)).await?)
+    }
+}
+
+/// The tutorial's first version: read the stock, check it, write it back. Two buyers who read
+/// the same level both sell, and the second write undoes the first's decrement.
+pub async fn read_check_write(shop: &Shop, stock_key: &str) -> Result<Outcome, BuyError> {
+    let left = shop.get(stock_key).await?;
+    if left <= 0 {
+        return Ok(Outcome::Refused);
+    }
+    let _: () = shop.db.clone().set(shop.key(stock_key), left - 1).await?;
+    Ok(Outcome::Sold)
+}
+
+/// (a) No lock.
+pub async fn no_lock(shop: &Shop, item: &str) -> Result<Outcome, BuyError> {
+    read_check_write(shop, &format!("{item}:a")).await
+}
+
+/// (b) The same code under one lock per item: correct, and every buyer queues for that lock.
+#[distributed_lock(key = "seckill:{item}", wait = "120s", client = shop.locks)]
+pub async fn lock_per_item(shop: &Shop, item: &str) -> Result<Outcome, BuyError> {
+    read_check_write(shop, &format!("{item}:b")).await
+}
+
+/// (c) The stock split into segments, one lock per segment: buyers queue per segment. A buyer
+/// whose segment is empty tries the others, so no stock strands in a segment nobody is routed
+/// to. (`dlock::SegmentLocks` packages this loop for stock kept in your own database.)
+pub async fn segment_locks(
+    shop: &Shop,
+    item: &str,
+    buyer: usize,
+    drained: &[AtomicBool],
+) -> Result<Outcome, BuyError> {
+    let n = drained.len();
+    // Like SegmentedStock (and SegmentLocks), even a sold-out answer asks Redis once, at the
+    // buyer's own segment: a local flag alone would keep refusing buyers after another
+    // instance gave stock back. Until then, segments seen empty are skipped.
+    let all_drained = drained.iter().all(|d| d.load(Ordering::Relaxed));
+    for k in 0..n {
+        let segment = (buyer + k) % n;
+        if all_drained && k > 0 {
+            break;
+        }
+        if !all_drained && drained[segment].load(Ordering::Relaxed) {
+            continue;
+        }
+        match lock_segment(shop, item, segment).await? {
+            Outcome::Sold => return Ok(Outcome::Sold),
+            Outcome::Refused => drained[segment].store(true, Ordering::Relaxed),
+        }
+    }
+    Ok(Outcome::Refused)
+}
+
+#[distributed_lock(key = "seckill:{item}#{segment}", wait = "120s", client = shop.locks)]
+async fn lock_segment(shop: &Shop, item: &str, segment: usize) -> Result<Outcome, BuyError> {
+    read_check_write(shop, &format!("{item}:c#{segment}")).await
+}
+
+/// (d) `SegmentedStock`: one script per take on the buyer's segment, no lock to wait for.
+pub async fn segmented_stock(stock: &SegmentedStock, order_id: &str) -> Result<Outcome, BuyError> {
+    Ok(match stock.take(order_id, 1).await? {
+        Take::Taken { .. } | Take::Split { .. } => Outcome::Sold,
+        Take::SoldOut => Outcome::Refused,
+        // AlreadyTaken, GivenBack: every buyer here has its own order id and none retries.
+        other => return Err(BuyError::Unexpected(other)),
+    })
+}
