@@ -72,35 +72,51 @@ const ITEM: &str = "hot-item";
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
+    // The exit code comes back out of `sale` so that its temporary redis-server is dropped
+    // (killed) first: `process::exit` runs no destructors. Ctrl-C drops `sale` the same way.
+    let code = tokio::select! {
+        code = sale(&args) => code,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("interrupted");
+            130
+        }
+    };
+    std::process::exit(code);
+}
+
+async fn sale(args: &Args) -> i32 {
     if args.buyers == 0 || args.units == 0 || args.in_flight == 0 {
         eprintln!("--buyers, --units and --in-flight must be at least 1");
-        std::process::exit(2);
+        return 2;
     }
     if !(1..=dlock::MAX_SEGMENTS).contains(&args.segments) {
         eprintln!("--segments must be 1 to {}", dlock::MAX_SEGMENTS);
-        std::process::exit(2);
+        return 2;
     }
     let (url, _server, origin) = match &args.redis_url {
         Some(url) => (url.clone(), None, "REDIS_URL"),
-        None => {
-            let server = RedisServer::start().unwrap_or_else(|e| {
+        None => match RedisServer::start() {
+            Ok(server) => (server.url(), Some(server), "temporary redis-server"),
+            Err(e) => {
                 eprintln!("starting a temporary redis-server failed ({e}); set REDIS_URL");
-                std::process::exit(2);
-            });
-            (server.url(), Some(server), "temporary redis-server")
-        }
+                return 2;
+            }
+        },
     };
     // Every key of this run under one prefix: a shared Redis keeps runs apart, and cleanup
     // is one SCAN.
     let prefix = format!("seckill-{:08x}:", rand_u32());
-    let locks = LockClient::builder(url.as_str())
+    let locks = match LockClient::builder(url.as_str())
         .key_prefix(prefix.clone())
         .build()
         .await
-        .unwrap_or_else(|e| {
+    {
+        Ok(locks) => locks,
+        Err(e) => {
             eprintln!("{e}");
-            std::process::exit(2);
-        });
+            return 2;
+        }
+    };
     let db = dlock::redis::Client::open(url.as_str())
         .expect("valid URL (the lock client accepted it)")
         .get_multiplexed_async_connection()
@@ -121,7 +137,7 @@ async fn main() {
     let mut rows = Vec::new();
     for strategy in [Strategy::A, Strategy::B, Strategy::C, Strategy::D] {
         if args.only.contains(&strategy) {
-            rows.push(run_strategy(strategy, &shop, &args).await);
+            rows.push(run_strategy(strategy, &shop, args).await);
         }
     }
     println!();
@@ -133,9 +149,11 @@ async fn main() {
         .filter(|r| r.locked && !r.problems(args.units).is_empty())
         .map(|r| r.label)
         .collect();
-    if !failed.is_empty() {
+    if failed.is_empty() {
+        0
+    } else {
         eprintln!("\nFAILED: {}", failed.join("; "));
-        std::process::exit(1);
+        1
     }
 }
 
