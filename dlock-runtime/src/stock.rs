@@ -282,7 +282,7 @@ impl SegmentedStock {
     fn not_initialised(&self, segment: u32) -> LockError {
         self.invalid(format!(
             "segment {segment} ({}) does not exist: call init() first, with the same segment \
-             count on every handle",
+             count on every handle (or reinit() if the keys were deleted after init)",
             self.keys[segment as usize].stock
         ))
     }
