@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use dlock::LockError;
+use dlock::{LockClient, LockError};
 use tokio::sync::oneshot;
 
 /// Spawns a task in `client` that acquires `name` (wait 20 s) and reports the instant it got it;
@@ -215,4 +215,77 @@ async fn remaining_ttl_is_none_when_free_and_within_the_lease_when_held() {
     );
     g.release().await.unwrap();
     assert_eq!(lock.remaining_ttl().await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_do_not_grow_with_the_number_of_waiters() {
+    const KEYS: usize = 50;
+    const TASKS: usize = 200;
+    let server = common::server();
+    let holder = common::client(&server).await;
+    let waiting = LockClient::builder(server.url())
+        .connections(2)
+        .build()
+        .await
+        .unwrap();
+    let mut admin = common::raw(&server.url()).await;
+    let before = connected_clients(&mut admin).await;
+
+    let mut guards = Vec::new();
+    for k in 0..KEYS {
+        guards.push(holder.lock(format!("many:{k}")).acquire().await.unwrap());
+    }
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let lock = waiting
+                .lock(format!("many:{}", t % KEYS))
+                .wait(Duration::from_secs(30));
+            tokio::spawn(async move { lock.acquire().await?.release().await })
+        })
+        .collect();
+    // Every key has a waiter parked on pub/sub (one per key: the others queue locally).
+    common::eventually(Duration::from_secs(10), "all keys waited on", || {
+        let mut conn = admin.clone();
+        async move {
+            let channels: Vec<String> = dlock::redis::cmd("PUBSUB")
+                .arg("CHANNELS")
+                .arg("dlock:*")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            channels.len() == KEYS
+        }
+    })
+    .await;
+    assert_eq!(
+        connected_clients(&mut admin).await,
+        before,
+        "{TASKS} waiters opened connections"
+    );
+
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    let all = futures_util::future::try_join_all(tasks);
+    for r in tokio::time::timeout(Duration::from_secs(20), all)
+        .await
+        .expect("not every waiter got its lock within 20 s")
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    assert!(common::lock_keys(&mut admin).await.is_empty());
+}
+
+/// `connected_clients` from INFO clients.
+async fn connected_clients(conn: &mut dlock::redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = dlock::redis::cmd("INFO")
+        .arg("clients")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("connected_clients in INFO")
 }
