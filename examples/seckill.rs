@@ -127,7 +127,7 @@ async fn sale(args: &Args) -> i32 {
 
     println!(
         "seckill: {} buyers, {} units of one item, {} in flight; redis {url} ({origin}); \
-         PING round trip {}\n",
+         PING round trip {}",
         thousands(args.buyers as u64),
         thousands(args.units),
         args.in_flight,
