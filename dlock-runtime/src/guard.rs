@@ -79,10 +79,21 @@ impl LockGuard {
     /// stays held and its lease is refreshed; on the last one the lock is deleted and one
     /// waiter is woken. [`LockError::NotHeld`] if the lock was lost meanwhile: nothing of a new
     /// holder's is touched.
+    ///
+    /// Cancel-safe: the release runs in its own task, so dropping this future (a caller's
+    /// timeout) cannot stop it half-way after the watchdog has already let go.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.released = true;
         let last = begin_release(&self.client, &self.hold);
-        finish_release(&self.client, &self.hold, last).await
+        let (client, hold) = (self.client.clone(), self.hold.clone());
+        match tokio::spawn(async move { finish_release(&client, &hold, last).await }).await {
+            Ok(result) => result,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Only a runtime shutting down cancels the task; the lease expires on its own.
+            Err(_) => Err(LockError::NotHeld {
+                name: self.hold.name.clone(),
+            }),
+        }
     }
 
     /// [`LockGuard::release`], logging a failure at warn instead of returning it. Used by
@@ -174,6 +185,7 @@ async fn release_script(client: &LockClient, hold: &Hold) -> Result<i64, LockErr
     let inner = &client.inner;
     let latch = format!("{}{}", hold.keys.latch_prefix, inner.unique_id());
     let mut attempt = 0;
+    let first_send = tokio::time::Instant::now();
     loop {
         let mut conn = inner.conn();
         let reply: redis::RedisResult<i64> = scripts::RELEASE
@@ -187,7 +199,12 @@ async fn release_script(client: &LockClient, hold: &Hold) -> Result<i64, LockErr
             .await;
         match reply {
             Ok(left) => return Ok(left),
-            Err(e) if attempt < 3 && !matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+            // Retry only while the latch surely still remembers a release that did run.
+            Err(e)
+                if attempt < 3
+                    && !matches!(e.kind(), redis::ErrorKind::Server(_))
+                    && first_send.elapsed() < inner.latch_ttl / 2 =>
+            {
                 attempt += 1;
                 tracing::debug!(lock = %hold.name, error = %e, attempt, "dlock: retrying release");
                 tokio::time::sleep(Duration::from_millis(50 * attempt)).await;

@@ -189,7 +189,10 @@ impl Lock {
             return self.reenter(parent).await;
         }
         let started = Instant::now();
-        let deadline = started + wait;
+        // `wait(Duration::MAX)` means "as long as it takes", not an overflow panic.
+        let deadline = started
+            .checked_add(wait)
+            .unwrap_or_else(|| started + Duration::from_secs(100 * 365 * 24 * 3600));
         let timeout = || LockError::Timeout {
             name: self.name.clone(),
             waited: started.elapsed(),
@@ -269,11 +272,25 @@ impl Lock {
             self.keys.latch_prefix,
             self.client.inner.unique_id()
         );
-        parent.local_holds.fetch_add(1, Ordering::AcqRel);
+        // Count only a live hold: a guard released while its scope future lives on has no hold
+        // left to re-enter.
+        if parent
+            .local_holds
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n > 0).then_some(n + 1)
+            })
+            .is_err()
+        {
+            return Err(not_held());
+        }
+        // If this future is dropped mid-request, the local count goes back down with it (the
+        // Orphan undoes the Redis side), so the enclosing release still knows it is the last.
+        let local = LocalHold(&parent, true);
         let sent_at = Instant::now();
         let result = self.attempt(&parent, Some(&marker)).await;
         match result {
             Ok(Attempt::Acquired { count, .. }) if count > 1 => {
+                local.keep();
                 if let Some(d) = parent
                     .hard_deadline
                     .lock()
@@ -285,7 +302,7 @@ impl Lock {
                 Ok(LockGuard::new(self.client.clone(), parent))
             }
             other => {
-                parent.local_holds.fetch_sub(1, Ordering::AcqRel);
+                drop(local);
                 match other {
                     Err(e) => Err(e),
                     Ok(attempt) => {
@@ -321,6 +338,8 @@ impl Lock {
             .arg(hold.lease.as_millis() as u64)
             .arg(&hold.owner)
             .arg(inner.latch_ttl.as_millis() as u64)
+            .arg(if reentry.is_some() { "1" } else { "0" })
+            .arg(fence_lifetime(hold.lease).as_millis() as u64)
             .invoke_async(&mut conn)
             .await;
         match reply {
@@ -340,6 +359,29 @@ impl Lock {
                 }
                 Err(self.redis_error("acquire", e))
             }
+        }
+    }
+}
+
+/// How long the fencing counter outlives its last use. Tokens stay monotonic after it expires
+/// (acquire.lua floors them at the server's clock), so this only bounds memory per lock name.
+fn fence_lifetime(lease: Duration) -> Duration {
+    (lease * 2).max(Duration::from_secs(24 * 3600))
+}
+
+/// One local hold count taken for a re-entry in flight; given back on drop unless kept.
+struct LocalHold<'a>(&'a Hold, bool);
+
+impl LocalHold<'_> {
+    fn keep(mut self) {
+        self.1 = false;
+    }
+}
+
+impl Drop for LocalHold<'_> {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0.local_holds.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }

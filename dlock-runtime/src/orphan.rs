@@ -75,6 +75,7 @@ impl Drop for Orphan {
                     scripts::UNDO_REENTRY
                         .key(&key)
                         .key(&marker)
+                        .key(&channel)
                         .arg(&owner)
                         .invoke_async(&mut conn)
                         .await

@@ -1,13 +1,95 @@
 //! The Lua scripts of the lock protocol, built once.
 //!
-//! `redis::Script` keeps the SHA1 and sends EVALSHA; on NOSCRIPT (SCRIPT FLUSH, a restart, a
-//! failover to a replica that never saw the script) it loads the script and retries, so a flushed
-//! cache costs one extra round trip and never an error. One file per lock kind keeps the door
+//! Each call sends EVALSHA; on NOSCRIPT (SCRIPT FLUSH, a restart, a failover to a replica that
+//! never saw the script) it re-sends the call as EVAL with the script's text, which also puts the
+//! script back in the server's cache. redis-rs's own `Script::invoke_async` instead does SCRIPT
+//! LOAD then EVALSHA again, and a flush landing between those two fails the call: for a release
+//! that would leave the lock held by nobody until its TTL (found by tests/lock_faults.rs). One file per lock kind keeps the door
 //! open for fair and read-write locks, which bring their own scripts.
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::aio::ConnectionLike;
+use redis::{FromRedisValue, RedisResult, ToRedisArgs};
+
+/// A Lua script: its text and its SHA1, computed once.
+pub(crate) struct Script {
+    source: &'static str,
+    sha: String,
+}
+
+/// One call of a script, built like redis-rs's `ScriptInvocation`.
+pub(crate) struct Call<'a> {
+    script: &'a Script,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Script {
+    fn new(source: &'static str) -> Self {
+        Script {
+            source,
+            sha: redis::Script::new(source).get_hash().to_owned(),
+        }
+    }
+
+    pub(crate) fn prepare_invoke(&self) -> Call<'_> {
+        Call {
+            script: self,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    pub(crate) fn key<T: ToRedisArgs>(&self, key: T) -> Call<'_> {
+        let mut call = self.prepare_invoke();
+        call.key(key);
+        call
+    }
+}
+
+impl Call<'_> {
+    pub(crate) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
+        self.keys.extend(key.to_redis_args());
+        self
+    }
+
+    pub(crate) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        self.args.extend(arg.to_redis_args());
+        self
+    }
+
+    fn command(&self, verb: &str, body: &str) -> redis::Cmd {
+        let mut cmd = redis::cmd(verb);
+        cmd.arg(body).arg(self.keys.len());
+        for k in &self.keys {
+            cmd.arg(k.as_slice());
+        }
+        for a in &self.args {
+            cmd.arg(a.as_slice());
+        }
+        cmd
+    }
+
+    /// EVALSHA, and EVAL with the text when the server does not know the SHA.
+    pub(crate) async fn invoke_async<T: FromRedisValue>(
+        &self,
+        conn: &mut (impl ConnectionLike + Send),
+    ) -> RedisResult<T> {
+        match self
+            .command("EVALSHA", &self.script.sha)
+            .query_async(conn)
+            .await
+        {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.command("EVAL", self.script.source)
+                    .query_async(conn)
+                    .await
+            }
+            other => other,
+        }
+    }
+}
 
 pub(crate) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));

@@ -170,12 +170,27 @@ async fn run(
             },
         };
         let (mut sink, mut stream) = pubsub.split();
+        // Order matters (a waiter that saw "disconnected" skipped its ack wait, so it must be
+        // in the snapshot): mark connected, take every command queued while down (their
+        // channels are in the map, hence in the snapshot; unsubscribes are moot on a new
+        // connection), snapshot, subscribe, then ack and wake.
+        shared.connected.store(true, Ordering::Release);
+        let mut queued_acks = Vec::new();
+        while let Ok(cmd) = rx.try_recv() {
+            if let Command::Subscribe(_, ack) = cmd {
+                queued_acks.push(ack);
+            }
+        }
         let live: Vec<String> = shared.channels().keys().cloned().collect();
-        if !live.is_empty() && sink.subscribe(&live).await.is_err() {
+        let ok = live.is_empty() || sink.subscribe(&live).await.is_ok();
+        for ack in queued_acks {
+            let _ = ack.send(ok);
+        }
+        if !ok {
+            shared.connected.store(false, Ordering::Release);
             continue;
         }
         backoff = Duration::from_millis(50);
-        shared.connected.store(true, Ordering::Release);
         // Releases published while we were away were lost: let every waiter retry now.
         shared.wake_all();
         let reader_shared = shared.clone();

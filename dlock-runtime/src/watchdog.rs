@@ -99,7 +99,12 @@ async fn run(shared: Weak<Shared>, mut conn: ConnectionManager, url: String) {
             }
             continue;
         }
-        let results = renew(&mut conn, &batch).await;
+        // A hung call must not hold back the lost signal (or other renewals) for a whole
+        // response timeout: give up on it after a third of the shortest lease in the batch.
+        let limit = batch.iter().map(|h| h.lease / 3).min().unwrap_or_default();
+        let results = tokio::time::timeout(limit, renew(&mut conn, &batch))
+            .await
+            .unwrap_or_else(|_| vec![None; batch.len()]);
         apply(&s, &batch, results, now, &url);
     }
 }

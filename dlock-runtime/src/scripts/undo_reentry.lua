@@ -1,10 +1,15 @@
 -- Undo a re-entrant acquire whose caller was cancelled before it saw the reply.
--- KEYS[1] lock hash, KEYS[2] re-entry marker set by acquire.lua
+-- KEYS[1] lock hash, KEYS[2] re-entry marker set by acquire.lua, KEYS[3] release channel
 -- ARGV[1] owner id
 -- Sent on the connection the acquire used, so it runs after that acquire if the acquire was sent
--- at all; without the marker the acquire never ran and there is nothing to undo.
+-- at all; without the marker the acquire never ran and there is nothing to undo. The enclosing
+-- hold's own release may already have run (the undo is spawned), so this one can be the last
+-- hold: then it frees the lock like a release does.
 if redis.call('DEL', KEYS[2]) == 1 and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-  redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+  if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then
+    redis.call('DEL', KEYS[1])
+    redis.call('PUBLISH', KEYS[3], 'released')
+  end
   return 1
 end
 return 0
