@@ -83,20 +83,19 @@ impl LockGuard {
     /// waiter is woken. [`LockError::NotHeld`] if the lock was lost meanwhile: nothing of a new
     /// holder's is touched.
     ///
-    /// Cancel-safe: the release runs in its own task, so dropping this future (a caller's
-    /// timeout) cannot stop it half-way after the watchdog has already let go.
+    /// Cancel-safe: if this future is dropped half-way (a caller's timeout), the release is
+    /// finished in the background with the same request id, so it is applied exactly once.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.released = true;
         let last = begin_release(&self.client, &self.hold);
-        let (client, hold) = (self.client.clone(), self.hold.clone());
-        match tokio::spawn(async move { finish_release(&client, &hold, last).await }).await {
-            Ok(result) => result,
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            // Only a runtime shutting down cancels the task; the lease expires on its own.
-            Err(_) => Err(LockError::NotHeld {
-                name: self.hold.name.clone(),
-            }),
-        }
+        let pending = Pending {
+            client: self.client.clone(),
+            hold: self.hold.clone(),
+            last,
+            latch: self.client.inner.unique_id(),
+            done: false,
+        };
+        pending.run().await
     }
 
     /// [`LockGuard::release`], logging a failure at warn instead of returning it. Used by
@@ -116,19 +115,71 @@ impl Drop for LockGuard {
         }
         // Drop cannot await: stop renewing now, release on the runtime.
         let last = begin_release(&self.client, &self.hold);
-        let (client, hold) = (self.client.clone(), self.hold.clone());
+        Pending {
+            client: self.client.clone(),
+            hold: self.hold.clone(),
+            last,
+            latch: self.client.inner.unique_id(),
+            done: false,
+        }
+        .spawn();
+    }
+}
+
+/// A release whose watchdog entry is already gone: it must reach Redis, so if the future
+/// running it is dropped, Drop hands it to the runtime (same latch id: applied at most once).
+struct Pending {
+    client: LockClient,
+    hold: Arc<Hold>,
+    last: bool,
+    latch: String,
+    done: bool,
+}
+
+impl Pending {
+    async fn run(mut self) -> Result<(), LockError> {
+        let result = finish_release(&self.client, &self.hold, self.last, &self.latch).await;
+        self.done = true;
+        result
+    }
+
+    fn spawn(mut self) {
+        self.done = true;
+        let Pending {
+            client,
+            hold,
+            last,
+            latch,
+            ..
+        } = &self;
+        let (client, hold, last, latch) = (client.clone(), hold.clone(), *last, latch.clone());
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 rt.spawn(async move {
-                    if let Err(e) = finish_release(&client, &hold, last).await {
+                    if let Err(e) = finish_release(&client, &hold, last, &latch).await {
                         tracing::warn!(lock = %hold.name, error = %e, "dlock: background release failed");
                     }
                 });
             }
             Err(_) => {
                 hold.release_gate();
-                tracing::warn!(lock = %self.hold.name, "dlock: guard dropped outside a tokio runtime; the lock expires with its lease");
+                tracing::warn!(lock = %hold.name, "dlock: guard dropped outside a tokio runtime; the lock expires with its lease");
             }
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.done {
+            Pending {
+                client: self.client.clone(),
+                hold: self.hold.clone(),
+                last: self.last,
+                latch: std::mem::take(&mut self.latch),
+                done: false,
+            }
+            .spawn();
         }
     }
 }
@@ -154,8 +205,13 @@ fn begin_release(client: &LockClient, hold: &Hold) -> bool {
     last
 }
 
-async fn finish_release(client: &LockClient, hold: &Hold, last: bool) -> Result<(), LockError> {
-    let result = release_script(client, hold).await;
+async fn finish_release(
+    client: &LockClient,
+    hold: &Hold,
+    last: bool,
+    latch: &str,
+) -> Result<(), LockError> {
+    let result = release_script(client, hold, latch).await;
     if last {
         // Only now may the next task of this process try: the lock is free (or expiring).
         hold.release_gate();
@@ -178,15 +234,20 @@ async fn finish_release(client: &LockClient, hold: &Hold, last: bool) -> Result<
 /// Releases a hold without a guard (used when a re-entry finds its enclosing hold gone).
 pub(crate) fn spawn_release(client: LockClient, hold: Arc<Hold>) {
     tokio::spawn(async move {
-        let _ = release_script(&client, &hold).await;
+        let latch = client.inner.unique_id();
+        let _ = release_script(&client, &hold, &latch).await;
     });
 }
 
 /// Runs release.lua, retrying lost replies with the same request id: the latch in Redis
 /// answers a retry of a release that already ran instead of releasing twice.
-async fn release_script(client: &LockClient, hold: &Hold) -> Result<i64, LockError> {
+async fn release_script(
+    client: &LockClient,
+    hold: &Hold,
+    latch_id: &str,
+) -> Result<i64, LockError> {
     let inner = &client.inner;
-    let latch = format!("{}{}", hold.keys.latch_prefix, inner.unique_id());
+    let latch = format!("{}{latch_id}", hold.keys.latch_prefix);
     let mut attempt = 0;
     let first_send = tokio::time::Instant::now();
     loop {
