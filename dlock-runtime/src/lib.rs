@@ -42,6 +42,13 @@
 //! * **Releases are idempotent per request**: a release retried after a lost reply is answered
 //!   from a short-lived latch instead of releasing twice.
 //!
+//! # Flash sales
+//!
+//! [`SegmentedStock`] splits one hot item's stock over N keys in distinct cluster slots and takes
+//! from it atomically, idempotently per order id, probing other segments before answering "sold
+//! out"; [`SegmentLocks`] locks one segment at a time for stock kept in your own database.
+//! `cargo run --release --example seckill` compares both with one lock per item.
+//!
 //! # Connections
 //!
 //! Commands go over redis-rs `ConnectionManager`s (multiplexed, reconnecting, cancel-safe:
