@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::Rng;
 use dlock::Lock;
-use futures_util::FutureExt;
+use futures_util::{FutureExt, StreamExt};
 
 const ITERATIONS: usize = 300;
 const SMALL_BOUND: Duration = Duration::from_secs(2);
@@ -94,30 +94,119 @@ async fn acquires_dropped_at_random_points_leave_no_lock_behind() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_acquire_cancelled_on_a_free_lock_is_released_not_left_to_its_ttl() {
-    // The narrowest case, many times: the lock is free, so every acquire that reached Redis was
-    // granted; the future is dropped before the reply is seen.
+async fn an_acquire_dropped_after_its_request_reached_redis_is_released_not_left_to_its_ttl() {
+    // The narrowest case, made deterministic: Redis holds back writes (CLIENT PAUSE WRITE), the
+    // acquire's script reaches it and blocks, the future is dropped, then Redis resumes and
+    // grants the lock to an owner nobody holds any more. The clean-up must free it at once.
+    const ROUNDS: u64 = 50;
     let server = common::server();
     let client = common::client(&server).await;
     let lock = client.lock("orphan").ttl(Duration::from_secs(60));
     let probe = common::client(&server).await.lock("orphan");
-    let mut sent = 0;
-    for _ in 0..200 {
-        // Polled once (the request goes out and the future waits for the reply), then dropped.
-        if lock.acquire().now_or_never().is_none() {
-            sent += 1;
-        }
+    let mut admin = common::raw(&server.url()).await;
+    // Load the scripts first: a paused EVALSHA that met NOSCRIPT would never run at all.
+    lock.acquire().await.unwrap().release().await.unwrap();
+    let grants = count_grants(&server.url(), lock.key()).await;
+
+    for round in 0..ROUNDS {
+        redis_cmd(&mut admin, &["CLIENT", "PAUSE", "10000", "WRITE"]).await;
+        {
+            let mut acquire = std::pin::pin!(lock.acquire());
+            // Poll until the script is parked inside Redis (reads still run during the pause).
+            common::eventually(Duration::from_secs(5), "acquire blocked in redis", || {
+                let pending = acquire.as_mut().now_or_never().is_none();
+                assert!(
+                    pending,
+                    "round {round}: acquire finished while writes were paused"
+                );
+                let mut conn = admin.clone();
+                async move { blocked_clients(&mut conn).await >= 1 }
+            })
+            .await;
+        } // dropped here: the request is in Redis, its reply will never be read
+        redis_cmd(&mut admin, &["CLIENT", "UNPAUSE"]).await;
         common::until_unlocked(&probe, SMALL_BOUND).await;
     }
-    assert!(sent > 100, "only {sent} acquires were cut off mid-request");
-    // Each free -> held transition takes a fencing token: proof the dropped requests really
-    // were granted (and so really had to be cleaned up).
-    let mut conn = common::raw(&server.url()).await;
-    let grants: u64 = dlock::redis::cmd("GET")
-        .arg(format!("{}:fence", lock.key()))
+    // Every round really was granted (and so really had to be cleaned up).
+    assert_eq!(grants.finish().await, ROUNDS);
+    assert!(common::lock_keys(&mut admin).await.is_empty());
+}
+
+async fn redis_cmd(conn: &mut dlock::redis::aio::MultiplexedConnection, args: &[&str]) {
+    let () = dlock::redis::cmd(args[0])
+        .arg(&args[1..])
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
+/// `blocked_clients` from INFO clients (clients parked by CLIENT PAUSE count as blocked).
+async fn blocked_clients(conn: &mut dlock::redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = dlock::redis::cmd("INFO")
+        .arg("clients")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("blocked_clients in INFO")
+}
+
+/// Counts the grants of a lock (HSET on its key: acquire.lua's free -> held write) through
+/// keyspace notifications, until `finish`.
+struct GrantCounter {
+    conn: dlock::redis::aio::MultiplexedConnection,
+    marker: String,
+    task: tokio::task::JoinHandle<u64>,
+}
+
+async fn count_grants(url: &str, key: &str) -> GrantCounter {
+    let mut conn = common::raw(url).await;
+    let () = dlock::redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("Kh")
         .query_async(&mut conn)
         .await
         .unwrap();
-    println!("{grants} grants for {sent} requests cut off");
-    assert!(grants >= 10, "{grants} grants for {sent} requests cut off");
+    let events = format!("__keyspace@0__:{key}");
+    let marker = "test:grant-counter:end".to_owned();
+    let mut pubsub = dlock::redis::Client::open(url)
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    pubsub.subscribe(&[&events, &marker]).await.unwrap();
+    let end = marker.clone();
+    let task = tokio::spawn(async move {
+        let mut messages = pubsub.into_on_message();
+        let mut grants = 0;
+        while let Some(msg) = messages.next().await {
+            if msg.get_channel_name() == end {
+                break;
+            }
+            if msg.get_payload::<String>().unwrap() == "hset" {
+                grants += 1;
+            }
+        }
+        grants
+    });
+    GrantCounter { conn, marker, task }
+}
+
+impl GrantCounter {
+    /// Every event before this call is counted: Redis delivers the marker after them.
+    async fn finish(mut self) -> u64 {
+        let _: i64 = dlock::redis::cmd("PUBLISH")
+            .arg(&self.marker)
+            .arg("end")
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), self.task)
+            .await
+            .expect("grant counter did not see its end marker")
+            .unwrap()
+    }
 }

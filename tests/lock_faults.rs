@@ -80,16 +80,11 @@ async fn script_flush_while_locks_are_held_and_waited_on_is_invisible() {
     assert!(common::lock_keys(&mut admin).await.is_empty());
 }
 
-// Runtime bug: every script goes through `redis::Script::invoke_async`, which on NOSCRIPT does
-// SCRIPT LOAD and re-sends EVALSHA once; a flush landing between the two fails the call with
-// NoScript. For a release (guard.rs `release_script`) that error is final (a server error is
-// not retried), after the hold already left the watchdog and the local gate: the lock stays in
-// Redis, held by nobody, until its TTL. Two flushers in a loop make it certain; a flush every
-// 5 ms under 8 busy tasks hit it in about half the runs, and a single flush right after a
-// release sometimes fails the woken waiter's acquire. Falling back to
-// `EVAL <body>` on NOSCRIPT (immune to flushes) fixes it.
+// Regression (fixed in 0133e04): redis-rs's `Script::invoke_async` answers NOSCRIPT with SCRIPT
+// LOAD and one more EVALSHA, so a flush landing between the two failed the call; a failed
+// release then left the lock held by nobody until its TTL. Two flushers in a loop hit that
+// window on almost every call; the runtime now falls back to EVAL with the script's text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: NOSCRIPT after the reload fails acquire/release; a failed release leaves the lock until its TTL"]
 async fn calls_racing_a_script_flush_storm_still_succeed() {
     let server = common::server();
     let mut admin = common::raw(&server.url()).await;

@@ -192,14 +192,10 @@ async fn futures_joined_inside_the_scope_share_the_hold() {
     assert!(!lock.is_locked().await.unwrap());
 }
 
-// Runtime bug: `Lock::reenter` (lock.rs) increments `hold.local_holds` before awaiting the
-// acquire script and only decrements it on the Ok/Err paths; a re-entry dropped mid-request
-// (timeout, select!) leaks the count. Redis is cleaned up (undo_reentry.lua), but the last
-// `release()` is then not seen as the last: the hold stays with the watchdog and keeps the
-// client's local gate, so this client cannot take the free lock until the next renewal tick
-// (TTL/3) finds it gone and marks it lost.
+// Regression (fixed in 0133e04): a re-entry dropped while its request was in flight used to
+// leak one local hold, so the last `release()` was not seen as the last and the client kept the
+// free lock's local queue until the watchdog's next tick.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: cancelled re-entry leaks local_holds (lock.rs reenter), lock stuck for this client"]
 async fn a_cancelled_re_entry_gives_back_exactly_its_own_hold() {
     let server = common::server();
     let client = common::client(&server).await;
