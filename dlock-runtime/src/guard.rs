@@ -257,7 +257,12 @@ async fn release_script(
             .key(&hold.keys.channel)
             .key(&latch)
             .arg(&hold.owner)
-            .arg(hold.lease.as_millis() as u64)
+            // A hard lease ends when it ends: a partial release must not stretch it.
+            .arg(if hold.hard_deadline().is_some() {
+                0
+            } else {
+                hold.lease.as_millis() as u64
+            })
             .arg(inner.latch_ttl.as_millis() as u64)
             .invoke_async(&mut conn)
             .await;

@@ -19,7 +19,7 @@ use std::fmt;
 /// assert_eq!(format!("a:{}", KeyPart(&"b:c")), "a:b%3Ac");
 /// assert_eq!(KeyPart(&7).to_string(), "7");
 /// ```
-pub struct KeyPart<'a, T: fmt::Display + ?Sized>(pub &'a T);
+pub struct KeyPart<'a, T: ?Sized>(pub &'a T);
 
 impl<T: fmt::Display + ?Sized> fmt::Display for KeyPart<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

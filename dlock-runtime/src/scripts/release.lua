@@ -1,6 +1,7 @@
 -- Release one hold of a lock, at most once per request id.
 -- KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] latch for this request id
--- ARGV[1] owner id, ARGV[2] lease in ms (refreshed when holds remain), ARGV[3] latch lifetime ms
+-- ARGV[1] owner id, ARGV[2] lease in ms to refresh when holds remain (0: a hard lease, keep
+-- its expiry), ARGV[3] latch lifetime ms
 -- Returns -1 when ARGV[1] does not hold the lock, else the holds it has left (0 = freed).
 local done = redis.call('GET', KEYS[3])
 if done then
@@ -14,7 +15,9 @@ if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
 else
   result = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
   if result > 0 then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    if tonumber(ARGV[2]) > 0 then
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    end
   else
     redis.call('DEL', KEYS[1])
     redis.call('PUBLISH', KEYS[2], 'released')
