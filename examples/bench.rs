@@ -14,21 +14,22 @@ use std::time::{Duration, Instant};
 
 use dlock::redis::{self, aio::MultiplexedConnection};
 use dlock::LockClient;
-use support::{fmt_rtt, percentile, ping_rtt, redis_url};
+use support::{fmt_rtt, percentile, ping_rtt, ping_rtt_after, redis_url};
 
 #[tokio::main]
 async fn main() {
     let (url, _server) = redis_url();
     let rtt = ping_rtt(&url, 2000).await;
-    println!("PING RTT (median of 2000): {:?}\n", rtt);
+    let idle_rtt = ping_rtt_after(&url, 300, Duration::from_millis(3)).await;
+    println!("PING RTT (median of 2000): {rtt:?}; after 3 ms idle (median of 300): {idle_rtt:?}\n");
     let client = LockClient::connect(&url).await.expect("connect");
     let admin = redis::Client::open(url.as_str()).unwrap();
     let mut admin = admin.get_multiplexed_async_connection().await.unwrap();
 
     uncontended(&client, rtt).await;
-    handoff(&client, &client, "same client (local queue)", rtt).await;
+    handoff(&client, &client, "same client (local queue)", rtt, idle_rtt).await;
     let other = LockClient::connect(&url).await.unwrap();
-    handoff(&client, &other, "two clients (pub/sub)", rtt).await;
+    handoff(&client, &other, "two clients (pub/sub)", rtt, idle_rtt).await;
     contention(&client, &mut admin, rtt).await;
     many_waiters(&url, &mut admin, rtt).await;
     watchdog(&url, &mut admin, rtt).await;
@@ -53,7 +54,7 @@ async fn uncontended(client: &LockClient, rtt: Duration) {
 }
 
 /// Holder in `a`, waiter in `b`: time from the holder issuing release to the waiter holding.
-async fn handoff(a: &LockClient, b: &LockClient, label: &str, rtt: Duration) {
+async fn handoff(a: &LockClient, b: &LockClient, label: &str, rtt: Duration, idle_rtt: Duration) {
     let mut samples = Vec::new();
     for i in 0..500 {
         let name = format!("bench:handoff:{}", i % 8);
@@ -72,10 +73,12 @@ async fn handoff(a: &LockClient, b: &LockClient, label: &str, rtt: Duration) {
         let held_at = waiter.await.unwrap();
         samples.push(held_at.saturating_duration_since(released_at));
     }
+    let p50 = percentile(&mut samples, 0.5);
     println!(
-        "handoff, {label:<26} p50 {}  p99 {}",
-        fmt_rtt(percentile(&mut samples, 0.5), rtt),
-        fmt_rtt(percentile(&mut samples, 0.99), rtt)
+        "handoff, {label:<26} p50 {}  p99 {}  (p50 = {:.2} idle-PING RTT)",
+        fmt_rtt(p50, rtt),
+        fmt_rtt(percentile(&mut samples, 0.99), rtt),
+        p50.as_secs_f64() / idle_rtt.as_secs_f64()
     );
 }
 

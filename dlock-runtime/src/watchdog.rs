@@ -34,6 +34,10 @@ struct Entry {
 struct Shared {
     entries: Mutex<HashMap<u64, Entry>>,
     changed: Notify,
+    /// When the task will wake next on its own (`None`: it is not sleeping). An acquire only
+    /// wakes the task when its renewal falls due before that, which is rare: waking a task on
+    /// every acquire would cost a cross-thread wake-up on the hot path.
+    planned_wake: Mutex<Option<Instant>>,
 }
 
 impl Shared {
@@ -69,12 +73,23 @@ impl Watchdog {
 
     /// Step two, when the acquire reply says we hold it: renewals start from `sent_at`.
     pub(crate) fn activate(&self, id: u64, sent_at: Instant) {
-        if let Some(e) = self.shared.entries().get_mut(&id) {
-            e.active = true;
-            e.due = sent_at + e.hold.lease / 3;
-            e.valid_until = sent_at + e.hold.lease;
+        let due = match self.shared.entries().get_mut(&id) {
+            Some(e) => {
+                e.active = true;
+                e.due = sent_at + e.hold.lease / 3;
+                e.valid_until = sent_at + e.hold.lease;
+                e.due
+            }
+            None => return,
+        };
+        let planned = *self
+            .shared
+            .planned_wake
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if planned.is_none_or(|wake| due < wake) {
+            self.shared.changed.notify_one();
         }
-        self.shared.changed.notify_one();
     }
 
     /// Removes a hold; after this returns no renewal of it will be sent.
@@ -93,10 +108,17 @@ async fn run(shared: Weak<Shared>, mut conn: ConnectionManager, url: String) {
             let wake = next.map_or(now + Duration::from_secs(1), |n| {
                 n.min(now + Duration::from_secs(1))
             });
+            let changed = s.changed.notified();
+            tokio::pin!(changed);
+            // Registered before publishing the plan, so an activate that reads the plan and
+            // decides to notify cannot be missed.
+            changed.as_mut().enable();
+            *s.planned_wake.lock().unwrap_or_else(|e| e.into_inner()) = Some(wake);
             tokio::select! {
-                _ = s.changed.notified() => {}
+                _ = changed => {}
                 _ = tokio::time::sleep_until(wake) => {}
             }
+            *s.planned_wake.lock().unwrap_or_else(|e| e.into_inner()) = None;
             continue;
         }
         // A hung call must not hold back the lost signal (or other renewals) for a whole

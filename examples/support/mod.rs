@@ -28,6 +28,13 @@ pub fn redis_url() -> (String, Option<RedisServer>) {
 /// Median of `n` sequential PINGs on a multiplexed connection, the unit every figure is
 /// divided by (these machines are noisy; ratios travel, absolute times do not).
 pub async fn ping_rtt(url: &str, n: usize) -> Duration {
+    ping_rtt_after(url, n, Duration::ZERO).await
+}
+
+/// Like [`ping_rtt`], but each PING follows `idle` of doing nothing: the right unit for a
+/// measurement that itself starts from idle (a handoff, after the waiter parked), since waking
+/// parked threads and tasks costs as much as the round trip on a small VM.
+pub async fn ping_rtt_after(url: &str, n: usize, idle: Duration) -> Duration {
     let client = dlock::redis::Client::open(url).expect("redis url");
     let mut conn = client
         .get_multiplexed_async_connection()
@@ -35,6 +42,9 @@ pub async fn ping_rtt(url: &str, n: usize) -> Duration {
         .expect("connect for PING");
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
+        if !idle.is_zero() {
+            tokio::time::sleep(idle).await;
+        }
         let t = Instant::now();
         let _: String = dlock::redis::cmd("PING")
             .query_async(&mut conn)
