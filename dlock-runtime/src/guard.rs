@@ -41,9 +41,10 @@ impl LockGuard {
     /// so a later holder always has a larger one. Pass it to the resource you protect and make
     /// it reject writes carrying a smaller token than it has seen; that, not the lease, is what
     /// keeps a paused or partitioned former holder from doing damage. Re-entries report the
-    /// enclosing hold's token. A token is `max(previous + 1, Redis server time in µs)`, so the
-    /// counter key may expire (it lives a day past its last use) without tokens going
-    /// backwards, as long as the Redis server's clock does not jump back by more than that gap.
+    /// enclosing hold's token. Tokens count up from the Redis server's time in µs at the moment
+    /// the counter was made; the counter key expires (a day, or twice the lease, after it was
+    /// made) and the next one starts from the clock again, so tokens never go backwards unless
+    /// the Redis server's clock jumps back by more than that lifetime.
     /// Tokens are only as durable as Redis's data: a failover to a replica that missed the last
     /// write can repeat one.
     pub fn fencing_token(&self) -> u64 {

@@ -363,8 +363,8 @@ impl Lock {
     }
 }
 
-/// How long the fencing counter outlives its last use. Tokens stay monotonic after it expires
-/// (acquire.lua floors them at the server's clock), so this only bounds memory per lock name.
+/// How long a fencing counter lives. Tokens stay monotonic after it expires (acquire.lua
+/// starts the next one at the server's clock), so this only bounds memory per lock name.
 fn fence_lifetime(lease: Duration) -> Duration {
     (lease * 2).max(Duration::from_secs(24 * 3600))
 }

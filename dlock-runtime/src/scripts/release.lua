@@ -10,11 +10,13 @@ if done then
   return tonumber(done)
 end
 local result
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+local count = tonumber(redis.call('HGET', KEYS[1], ARGV[1]))
+if not count then
   result = -1
 else
-  result = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+  result = count - 1
   if result > 0 then
+    redis.call('HSET', KEYS[1], ARGV[1], result)
     if tonumber(ARGV[2]) > 0 then
       redis.call('PEXPIRE', KEYS[1], ARGV[2])
     end
