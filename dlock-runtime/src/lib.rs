@@ -72,10 +72,10 @@
 //! # Performance
 //!
 //! `cargo run --release --example bench` prints every figure as a ratio to a PING round trip
-//! measured in the same run. On a 2-core VM against local Redis 7.0 (PING ~70 µs hot, ~170 µs
-//! after 3 ms idle): uncontended acquire + release 2.5 RTT (each script costs Redis ~20 µs of
-//! CPU, which is what a loopback round trip cannot hide); handoff from release to the next
-//! holder ~2.1 idle-PING RTT over pub/sub; 16 tasks on one key lose no update and share it
+//! measured in the same run. On a 2-core VM against local Redis 7.0 (PING ~70 µs hot, ~190 µs
+//! after 3 ms idle): uncontended acquire + release 2.3 RTT (each script costs Redis ~15 µs of
+//! CPU, which a loopback round trip cannot hide); handoff from release to the next holder
+//! ~1.7 idle-PING RTT over pub/sub (4.6 hot-PING RTT); 16 tasks on one key lose no update and share it
 //! evenly (min/max 1.00/1.00 of the mean); 10,000 waiters on 1,000 keys use 2 connections and
 //! all hold their lock within ~0.5 RTT each; 10,000 held locks cost ~40 renew script calls per
 //! renewal period, sent together.
