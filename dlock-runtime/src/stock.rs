@@ -76,7 +76,8 @@ pub const DEFAULT_DRAINED_FOR: Duration = Duration::from_millis(100);
 ///   same neighbour). Every attempt of one order id, in any process, walks the same path.
 /// * **One script per step.** At each segment the script reads the order's record there: none
 ///   and enough stock -> deduct and record `w<q>`; none and too little -> record a *pass* (`w0`)
-///   and go on. A recorded take answers [`Take::AlreadyTaken`]; a pass is walked past.
+///   and go on. A recorded take answers [`Take::AlreadyTaken`]; a pass is walked past; a
+///   closed record (given back) answers [`Take::GivenBack`] and ends the walk.
 /// * **Why passes are recorded.** A retry (lost reply, client-side timeout, a duplicate request)
 ///   walks the same path and stops where the first attempt took, never at a segment the first
 ///   attempt walked past but that has stock again since: that is how a retry never deducts
@@ -89,6 +90,14 @@ pub const DEFAULT_DRAINED_FOR: Duration = Duration::from_millis(100);
 ///   Parts are taken one round trip apart, so while a split that will not complete holds
 ///   some, a concurrent buyer can find them gone: with multi-unit orders the last few units
 ///   can be refused once and sell to a later buyer.
+/// * **Give-back closes every segment.** [`SegmentedStock::give_back`] visits every segment
+///   (they are all on the order's path), returns what the order holds there and leaves a
+///   closed record (`r<n>`), including `r0` where the order holds nothing or has no record
+///   yet. A take never deducts where its order has a closed record, so once a give-back has
+///   run, a take of that order deducts nothing wherever it lands: a late take (timed out on one
+///   instance, cancelled from another, then arriving), or one still walking. Per segment the
+///   two scripts are atomic: a take that landed first is returned by the give-back; one that
+///   lands after finds the closed record.
 /// * **Drained view.** Replies carry the segment's level; segments seen empty are remembered for
 ///   [`SegmentedStock::drained_for`] (default 100 ms). While every segment is known empty, a take
 ///   costs one round trip (the home segment, which also answers a retry of an order that took
@@ -98,7 +107,8 @@ pub const DEFAULT_DRAINED_FOR: Duration = Duration::from_millis(100);
 /// # Guarantees (checked by `tests/stock_*.rs` against a real Redis)
 ///
 /// Per segment and so in total: `remaining + sold == initial` at every instant, levels never go
-/// negative, each order id holds stock at most once whatever the retries, and a walk that finds
+/// negative, each order id holds stock at most once whatever the retries, an order given back
+/// holds nothing afterwards whether its take came before or after, and a walk that finds
 /// no stock has visited every segment, so stock does not strand in a drained segment's
 /// neighbours while buyers are turned away. [`SegmentedStock::audit`] recomputes all of it from
 /// the order records.
@@ -108,7 +118,8 @@ pub const DEFAULT_DRAINED_FOR: Duration = Duration::from_millis(100);
 /// A take is one round trip while its home segment has stock, one more per drained segment it
 /// walks past, and one in all once the view knows every segment is empty. A record per order
 /// per segment visited (a few bytes) stays until [`SegmentedStock::reinit`]: the records are
-/// what make retries safe, so they must outlive any retry.
+/// what make retries safe, so they must outlive any retry. A give-back is one script per
+/// segment, sent concurrently, and leaves a record on every segment.
 ///
 #[derive(Clone)]
 pub struct SegmentedStock {

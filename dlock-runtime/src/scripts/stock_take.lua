@@ -4,9 +4,12 @@
 -- Modes: 'w' whole (take all units here, or record a pass), 'p' part of a split order (take what
 -- is here, up to ARGV[2]).
 -- Records: w0 passed | w<q> holds q | p<n>/<q> holds n of a split order of q | r<n> gave n back |
--- x<n> split rolled back, n returned. A record is written once from nothing (or w0 -> p in part
--- mode) and then only closed (-> r/x), so every attempt of one order id, retries and concurrent
--- duplicates alike, reads the same history here and makes the same decision.
+-- x<n> split rolled back, n returned. A take writes a record once from nothing (or w0 -> p in
+-- part mode); a give-back closes it (-> r/x), or writes `r0` where the order has none yet, since
+-- a take of a cancelled order may still land here later. A closed record is final: no mode
+-- deducts past it or rewrites it, it is only reported (code 2). So every attempt of one order
+-- id, retries and concurrent duplicates alike, reads the same history here and makes the same
+-- decision, and a cancelled order holds nothing whichever of its take and give-back came first.
 -- Returns {code, units, left, record}: 1 took `units`; 0 took nothing; 2 the order already has
 -- `record` here (nothing changed); -1 the segment is not initialised.
 local left = redis.call('HGET', KEYS[1], 'left')
@@ -17,6 +20,7 @@ left = tonumber(left)
 local order, want, mode = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local rec = redis.call('HGET', KEYS[2], order)
 if mode == 'p' then
+  -- Only a pass may become a part: a part is already taken, a closed record is final.
   if rec and rec ~= 'w0' then
     return {2, 0, left, rec}
   end
@@ -28,6 +32,7 @@ if mode == 'p' then
   redis.call('HSET', KEYS[2], order, string.format('p%d/%s', n, ARGV[4]))
   return {1, n, left - n, ''}
 end
+-- Any record, closed ones included, decides this order here: the caller reads it.
 if rec then
   return {2, 0, left, rec}
 end

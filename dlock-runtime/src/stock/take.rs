@@ -1,5 +1,7 @@
 //! Taking and giving back: the walk over an order's path (see the module docs of `stock`).
 
+use futures_util::future::try_join_all;
+
 use crate::error::LockError;
 use crate::scripts;
 
@@ -28,9 +30,9 @@ pub enum Take {
     /// This order id already holds its stock (a retry, or a duplicate request): nothing was
     /// deducted now.
     AlreadyTaken,
-    /// This order id took stock earlier and gave it back ([`SegmentedStock::give_back`]): it
-    /// cannot take again, so a late retry of a cancelled order deducts nothing. Use a new
-    /// order id for a new order.
+    /// This order id was given back ([`SegmentedStock::give_back`]), before or after it took:
+    /// it cannot take again, so a late take or retry of a cancelled order deducts nothing. Use
+    /// a new order id for a new order.
     GivenBack,
 }
 
@@ -66,7 +68,7 @@ enum Record {
     Whole,
     /// `p<n>/<q>`: holds `n` here of a split order of `q`.
     Part { units: u64, of: u64 },
-    /// `r<n>`: gave its stock back.
+    /// `r<n>`: given back (`r0` where it held nothing, or never came).
     GivenBack,
     /// `x<n>`: a split that could not complete, returned.
     RolledBack,
@@ -243,37 +245,34 @@ impl SegmentedStock {
 
     /// Gives back the stock `order_id` holds (a cancelled order) and returns how many units
     /// went back: 0 when it holds nothing (never took, or already given back). Idempotent; the
-    /// order id cannot take again afterwards ([`Take::GivenBack`]).
+    /// order id cannot take afterwards ([`Take::GivenBack`]), even when this give-back came
+    /// first: a take of the order that is late (a client-side timeout on another instance, a
+    /// retry still queued) or still walking deducts nothing.
+    ///
+    /// Cost: one script per segment, sent concurrently (one round trip of latency, but `N`
+    /// scripts of server work, and one closing record left on every segment until
+    /// [`SegmentedStock::reinit`]). Every segment, because a take of the order may land on any
+    /// segment of its path. On an error, some segments may be closed and others not: call it
+    /// again (it is idempotent) before treating the order as cancelled.
     pub async fn give_back(&self, order_id: &str) -> Result<u64, LockError> {
         self.check_order(order_id)?;
-        let mut returned = 0;
-        for seg in self.routing.path(order_id) {
-            match self.give_back_at(seg, order_id, "r").await? {
-                // A walk leaves records on a prefix of its path: nothing lies beyond a gap.
-                None => break,
-                Some((units, whole)) => {
-                    returned += units;
-                    if whole {
-                        break;
-                    }
-                }
-            }
-        }
+        let returned: u64 =
+            try_join_all((0..self.segments()).map(|seg| self.give_back_at(seg, order_id, "r")))
+                .await?
+                .into_iter()
+                .sum();
         tracing::debug!(stock = %self.name, order = order_id, returned, "dlock: given back");
         Ok(returned)
     }
 
-    /// `None` when the order has no record here; else the units returned now, and whether the
-    /// record was a whole take (nothing further along the path then).
-    async fn give_back_at(
-        &self,
-        seg: u32,
-        order_id: &str,
-        mark: &str,
-    ) -> Result<Option<(u64, bool)>, LockError> {
+    /// Closes the order's record at `seg` with `mark` (writing one if it has none) and returns
+    /// the units that went back now: 0 if it held nothing here or was closed already.
+    async fn give_back_at(&self, seg: u32, order_id: &str, mark: &str) -> Result<u64, LockError> {
         let k = &self.keys[seg as usize];
         let mut conn = self.client.inner.conn();
-        let (code, units, kind): (i64, u64, String) = scripts::STOCK_GIVE_BACK
+        // The level as i64: only something outside dlock can make it negative, and then the
+        // give-back should still return the order's units (audit() reports the level).
+        let (code, units, left): (i64, u64, i64) = scripts::STOCK_GIVE_BACK
             .key(&k.stock)
             .key(&k.records)
             .arg(order_id)
@@ -281,16 +280,12 @@ impl SegmentedStock {
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.redis_error(&k.stock, "stock give_back", e))?;
-        match code {
-            -2 => Ok(None),
-            -1 => Err(self.not_initialised(seg)),
-            1 => {
-                // Our own give-back refilled it; do not wait for the view to expire.
-                self.view.note(seg, units);
-                Ok(Some((units, kind == "w")))
-            }
-            _ => Ok(Some((0, false))),
+        if code == -1 {
+            return Err(self.not_initialised(seg));
         }
+        // A fresh level for the view; our own give-back refilling a segment is seen at once.
+        self.view.note(seg, left.max(0) as u64);
+        Ok(if code == 1 { units } else { 0 })
     }
 
     /// One script at one segment.
