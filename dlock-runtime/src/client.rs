@@ -10,7 +10,7 @@ use crate::builder::LockClientBuilder;
 use crate::error::LockError;
 use crate::gate::Gates;
 use crate::lock::Lock;
-use crate::waiters::Waiters;
+use crate::waiters::{WaiterSettings, Waiters, DEFAULT_HEALTH_INTERVAL};
 use crate::watchdog::Watchdog;
 
 /// A connection to one Redis deployment: command connections, one pub/sub connection shared by
@@ -71,9 +71,19 @@ impl LockClient {
                 .map_err(connect_err)?;
             conns.push(conn);
         }
-        let waiters = Waiters::start(client, b.connect_timeout)
-            .await
-            .map_err(connect_err)?;
+        let waiters = Waiters::start(
+            client,
+            WaiterSettings {
+                connect_timeout: b.connect_timeout,
+                // A SUBSCRIBE or PING is answered in well under a millisecond by a live Redis;
+                // waiting longer than 1 s only delays the fallback to PTTL retries.
+                ack_timeout: b.response_timeout.min(Duration::from_secs(1)),
+                health_interval: DEFAULT_HEALTH_INTERVAL,
+            },
+            &tokio::runtime::Handle::current(),
+        )
+        .await
+        .map_err(connect_err)?;
         let inner = Arc::new(ClientInner {
             watchdog: Watchdog::start(conns[0].clone(), url.clone()),
             url,

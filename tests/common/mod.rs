@@ -7,6 +7,8 @@
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::future::Future;
 use std::time::{Duration, Instant};
 
