@@ -12,6 +12,14 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 /// Default prefix of every Redis key and channel dlock creates.
 pub const DEFAULT_PREFIX: &str = "dlock:";
 
+/// Longest lease a lock may have (`default_ttl`, `.ttl()`, `.lease()`): 100 years, far inside
+/// what Redis's millisecond expiries and tokio's timers can represent.
+pub(crate) const MAX_LEASE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// Longest `response_timeout`, `connect_timeout` and `release_latch`: a day. Longer would only
+/// hide a dead connection (timeouts) or keep one key per release for no purpose (the latch).
+const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
 /// Builds a [`LockClient`]; start with [`LockClient::builder`].
 ///
 /// ```no_run
@@ -66,7 +74,8 @@ impl LockClientBuilder {
         self
     }
 
-    /// How long `acquire` waits when the lock does not set `.wait()`.
+    /// How long `acquire` waits when the lock does not set `.wait()`. `Duration::MAX` waits as
+    /// long as it takes.
     pub fn default_wait(mut self, wait: Duration) -> Self {
         self.default_wait = wait;
         self
@@ -79,8 +88,10 @@ impl LockClientBuilder {
         self
     }
 
-    /// How long one Redis reply may take before the command counts as failed (default 5 s).
-    /// An acquire whose reply times out is treated as cancelled: its possible hold is released.
+    /// How long one Redis reply may take before the command counts as failed (default 5 s; at
+    /// most a day). An acquire attempt is bounded by the rest of its `wait` instead (at least
+    /// 250 ms), and one whose reply times out is treated as cancelled: its possible hold is
+    /// released.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
@@ -93,7 +104,7 @@ impl LockClientBuilder {
     }
 
     /// How long Redis remembers the result of each release so a retried release is not applied
-    /// twice (default 30 s). Must exceed the time a release may be retried for.
+    /// twice (default 30 s; at most a day). Releases are retried only within half of it.
     pub fn release_latch(mut self, ttl: Duration) -> Self {
         self.latch_ttl = ttl;
         self
@@ -111,14 +122,20 @@ impl LockClientBuilder {
                 self.prefix
             ));
         }
-        for (what, d) in [
-            ("default_ttl", self.default_ttl),
-            ("response_timeout", self.response_timeout),
-            ("connect_timeout", self.connect_timeout),
-            ("release_latch", self.latch_ttl),
+        // Every duration ends up as milliseconds in a Redis command (PX, PEXPIRE) or as a timer;
+        // out of range, Redis rejects the command after a script already wrote (it does not roll
+        // back) or a timer overflows. Checked here, once, with the setting's name.
+        for (what, d, max) in [
+            ("default_ttl", self.default_ttl, MAX_LEASE),
+            ("response_timeout", self.response_timeout, MAX_TIMEOUT),
+            ("connect_timeout", self.connect_timeout, MAX_TIMEOUT),
+            ("release_latch", self.latch_ttl, MAX_TIMEOUT),
         ] {
-            if d.is_zero() {
-                return bad(format!("{what} must be greater than zero"));
+            if d.as_millis() == 0 {
+                return bad(format!("{what} must be at least 1 ms, got {d:?}"));
+            }
+            if d > max {
+                return bad(format!("{what} of {d:?} is above the limit of {max:?}"));
             }
         }
         LockClient::from_builder(self).await

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use crate::background::Background;
 use crate::builder::LockClientBuilder;
 use crate::error::LockError;
 use crate::gate::Gates;
@@ -36,8 +37,13 @@ pub(crate) struct ClientInner {
     pub(crate) client_id: String,
     seq: AtomicU64,
     pub(crate) waiters: Waiters,
-    pub(crate) watchdog: Watchdog,
+    pub(crate) watchdog: Arc<Watchdog>,
     pub(crate) gates: Gates,
+    /// How long one reply may take (the builder's `response_timeout`).
+    pub(crate) response_timeout: Duration,
+    /// The client's own thread: connections, watchdog, subscriber, background releases.
+    /// Declared last so it is dropped after everything that spawns onto it.
+    pub(crate) bg: Background,
 }
 
 static GLOBAL: RwLock<Option<LockClient>> = RwLock::new(None);
@@ -60,17 +66,16 @@ impl LockClient {
             source,
         };
         let client = redis::Client::open(b.url.as_str()).map_err(connect_err)?;
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(b.response_timeout))
-            .set_connection_timeout(Some(b.connect_timeout))
-            .set_number_of_retries(2);
-        let mut conns = Vec::with_capacity(b.connections);
-        for _ in 0..b.connections {
-            let conn = ConnectionManager::new_with_config(client.clone(), config.clone())
-                .await
-                .map_err(connect_err)?;
-            conns.push(conn);
-        }
+        let client_id = format!("{:032x}", rand::random::<u128>());
+        let bg =
+            Background::start(&client_id).map_err(|e| connect_err(redis::RedisError::from(e)))?;
+        let conns = open_connections(&bg, &client, &b)
+            .await
+            .map_err(connect_err)?;
+        // The subscriber tells the watchdog when its connection was lost or replaced: the
+        // server may have restarted or failed over, so every hold is checked at once.
+        let watchdog = Arc::new(Watchdog::start(conns[0].clone(), url.clone(), bg.handle()));
+        let hook = Arc::downgrade(&watchdog);
         let waiters = Waiters::start(
             client,
             WaiterSettings {
@@ -79,24 +84,31 @@ impl LockClient {
                 // waiting longer than 1 s only delays the fallback to PTTL retries.
                 ack_timeout: b.response_timeout.min(Duration::from_secs(1)),
                 health_interval: DEFAULT_HEALTH_INTERVAL,
+                on_connection_change: Box::new(move || {
+                    if let Some(w) = hook.upgrade() {
+                        w.renew_all_now();
+                    }
+                }),
             },
-            &tokio::runtime::Handle::current(),
+            bg.handle(),
         )
         .await
         .map_err(connect_err)?;
         let inner = Arc::new(ClientInner {
-            watchdog: Watchdog::start(conns[0].clone(), url.clone()),
+            watchdog,
             url,
             conns,
             next_conn: AtomicUsize::new(0),
             prefix: b.prefix,
             default_ttl: b.default_ttl,
             default_wait: b.default_wait,
+            response_timeout: b.response_timeout,
             latch_ttl: b.latch_ttl,
-            client_id: format!("{:032x}", rand::random::<u128>()),
+            client_id,
             seq: AtomicU64::new(0),
             waiters,
             gates: Gates::default(),
+            bg,
         });
         tracing::debug!(url = %inner.url, client_id = %inner.client_id, "dlock client connected");
         Ok(LockClient { inner })
@@ -162,10 +174,17 @@ impl ClientInner {
         e: redis::RedisError,
     ) -> LockError {
         if e.code() == Some("WRONGTYPE") {
+            let (key, role) = wrong_type_key(&e, key, op);
             return LockError::WrongType {
                 name: name.to_owned(),
-                key: key.to_owned(),
+                key,
+                role,
             };
+        }
+        if is_connection_error(&e) {
+            // The connection may have been replaced (Redis restarted or failed over): the
+            // holds this client keeps must be checked now, not at their next renewal.
+            self.watchdog.renew_all_now();
         }
         LockError::Redis {
             name: name.to_owned(),
@@ -183,6 +202,52 @@ impl std::fmt::Debug for LockClient {
             .field("client_id", &self.inner.client_id)
             .finish_non_exhaustive()
     }
+}
+
+/// Which key a WRONGTYPE error is about. dlock's scripts name it (`<role> \`<key>\` holds ...`);
+/// Redis's own WRONGTYPE names nothing, so the key the operation is mostly about is assumed.
+fn wrong_type_key(e: &redis::RedisError, key: &str, op: &str) -> (String, String) {
+    let detail = e.detail().unwrap_or("");
+    let mut parts = detail.splitn(3, '`');
+    if let (Some(role), Some(named), Some(_)) = (parts.next(), parts.next(), parts.next()) {
+        if !named.is_empty() {
+            return (named.to_owned(), role.trim().to_owned());
+        }
+    }
+    let role = if op.starts_with("stock") {
+        "stock segment"
+    } else {
+        "lock hash"
+    };
+    (key.to_owned(), role.to_owned())
+}
+
+/// True for errors that mean the connection broke, not that Redis answered.
+fn is_connection_error(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+}
+
+/// Opens the command connections on the client's own thread, so their drivers (and their
+/// reconnects, which redis-rs spawns on the runtime a manager was made on) live as long as the
+/// client rather than the caller's runtime.
+async fn open_connections(
+    bg: &Background,
+    client: &redis::Client,
+    b: &LockClientBuilder,
+) -> redis::RedisResult<Vec<ConnectionManager>> {
+    let config = ConnectionManagerConfig::new()
+        .set_response_timeout(Some(b.response_timeout))
+        .set_connection_timeout(Some(b.connect_timeout))
+        .set_number_of_retries(2);
+    let (client, n) = (client.clone(), b.connections);
+    bg.run(async move {
+        let mut conns = Vec::with_capacity(n);
+        for _ in 0..n {
+            conns.push(ConnectionManager::new_with_config(client.clone(), config.clone()).await?);
+        }
+        Ok(conns)
+    })
+    .await?
 }
 
 /// `redis://user:secret@host` -> `redis://user:***@host`, so URLs can go into errors and logs.

@@ -51,14 +51,18 @@ pub enum LockError {
         source: redis::RedisError,
     },
 
-    /// The key of the lock holds a value that is not a lock (a string, a list, ...). Somebody else
-    /// writes to this key: pick another name or key prefix.
-    #[error("redis key `{key}` of lock `{name}` holds a non-lock value (WRONGTYPE); choose another name or prefix")]
+    /// A key dlock uses holds a value of another type (a string where the lock hash belongs, a
+    /// list where the fencing counter belongs, ...). Something else writes to this key: pick
+    /// another name or key prefix.
+    #[error("redis key `{key}` ({role}) of `{name}` holds a value of another type (WRONGTYPE); something else writes there: choose another name or key prefix")]
     WrongType {
-        /// The lock's name.
+        /// The lock's (or stock's) name.
         name: String,
-        /// The Redis key.
+        /// The Redis key that holds the wrong type.
         key: String,
+        /// What dlock keeps at that key: "lock hash", "fencing counter", "release latch",
+        /// "stock segment", "stock order records".
+        role: String,
     },
 
     /// A bad argument: zero TTL, empty name, a prefix with braces, ...

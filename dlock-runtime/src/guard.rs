@@ -12,8 +12,8 @@ use crate::scope;
 use crate::scripts;
 
 /// One hold of a lock. Release it with [`LockGuard::release`] to see errors and to know the
-/// lock is free when the call returns; dropping it (panic, `?`, a cancelled future) stops the
-/// watchdog at once and releases in the background on the current tokio runtime.
+/// lock is free when the call returns; dropping it (panic, `?`, a cancelled future), on any
+/// thread, stops the watchdog at once and releases in the background on the client's thread.
 ///
 /// `Send + Sync`, so it can live across `.await` in a `Send` future (axum handlers).
 #[must_use = "dropping the guard releases the lock at once"]
@@ -154,19 +154,16 @@ impl Pending {
             ..
         } = &self;
         let (client, hold, last, latch) = (client.clone(), hold.clone(), *last, latch.clone());
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                rt.spawn(async move {
-                    if let Err(e) = finish_release(&client, &hold, last, &latch).await {
-                        tracing::warn!(lock = %hold.name, error = %e, "dlock: background release failed");
-                    }
-                });
+        // On the client's own thread: works from any thread, with or without a runtime, and
+        // is not cancelled when the caller's runtime shuts down.
+        client.inner.bg.spawn({
+            let client = client.clone();
+            async move {
+                if let Err(e) = finish_release(&client, &hold, last, &latch).await {
+                    tracing::warn!(lock = %hold.name, error = %e, "dlock: background release failed");
+                }
             }
-            Err(_) => {
-                hold.release_gate();
-                tracing::warn!(lock = %hold.name, "dlock: guard dropped outside a tokio runtime; the lock expires with its lease");
-            }
-        }
+        });
     }
 }
 
@@ -234,7 +231,8 @@ async fn finish_release(
 
 /// Releases a hold without a guard (used when a re-entry finds its enclosing hold gone).
 pub(crate) fn spawn_release(client: LockClient, hold: Arc<Hold>) {
-    tokio::spawn(async move {
+    let bg = client.inner.bg.handle().clone();
+    bg.spawn(async move {
         let latch = client.inner.unique_id();
         let _ = release_script(&client, &hold, &latch).await;
     });
@@ -259,7 +257,7 @@ async fn release_script(
             .key(&latch)
             .arg(&hold.owner)
             // A hard lease ends when it ends: a partial release must not stretch it.
-            .arg(if hold.hard_deadline().is_some() {
+            .arg(if hold.hard {
                 0
             } else {
                 hold.lease.as_millis() as u64

@@ -19,8 +19,13 @@ pub(crate) struct Hold {
     pub(crate) owner: String,
     /// The lease set on every acquire, renewal and partial release.
     pub(crate) lease: Duration,
-    /// `Some(deadline)` for a hard lease (no watchdog): the lock is gone at that instant.
-    pub(crate) hard_deadline: Mutex<Option<Instant>>,
+    /// A hard lease (no watchdog): its validity is never extended, by re-entry or anything.
+    pub(crate) hard: bool,
+    /// Until when this owner may act as the holder: the instant the last successful acquire
+    /// or renewal was *sent*, plus the lease, minus [`drift`]. Redis cannot have expired the key
+    /// before then, so nobody else can hold the lock yet. Only moves forward, and never once
+    /// passed: `None` until the acquire's reply arrived.
+    valid_until: Mutex<Option<Instant>>,
     pub(crate) token: AtomicU64,
     /// Guards alive for this hold (the first acquire plus re-entries through `scope`).
     pub(crate) local_holds: AtomicU32,
@@ -38,6 +43,7 @@ impl Hold {
         keys: LockKeys,
         owner: String,
         lease: Duration,
+        hard: bool,
     ) -> Self {
         Hold {
             id,
@@ -46,7 +52,8 @@ impl Hold {
             keys,
             owner,
             lease,
-            hard_deadline: Mutex::new(None),
+            hard,
+            valid_until: Mutex::new(None),
             token: AtomicU64::new(0),
             local_holds: AtomicU32::new(0),
             lost: AtomicBool::new(false),
@@ -55,13 +62,29 @@ impl Hold {
         }
     }
 
-    pub(crate) fn hard_deadline(&self) -> Option<Instant> {
-        *self.hard_deadline.lock().unwrap_or_else(|e| e.into_inner())
+    /// The instant this hold stops being valid unless a renewal gets through first (the past,
+    /// before the acquire's reply arrived).
+    pub(crate) fn valid_until(&self) -> Instant {
+        let valid = *self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
+        valid.unwrap_or_else(Instant::now)
+    }
+
+    /// Records that Redis set (or renewed) the lease by a request sent at `sent_at`. Callers
+    /// never confirm a hard lease twice: it ends where the first acquire set it. Once the
+    /// deadline has passed the hold stays lost: a renewal reply that arrives afterwards (sent
+    /// before a pause, say) must not make `is_lost()` flip back to false.
+    pub(crate) fn confirm(&self, sent_at: Instant) {
+        let until = sent_at + self.lease - drift(self.lease);
+        let mut valid = self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
+        match *valid {
+            None => *valid = Some(until),
+            Some(v) if Instant::now() < v && until > v => *valid = Some(until),
+            Some(_) => {}
+        }
     }
 
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::Acquire)
-            || self.hard_deadline().is_some_and(|d| Instant::now() >= d)
+        self.lost.load(Ordering::Acquire) || Instant::now() >= self.valid_until()
     }
 
     /// Records that this owner no longer holds the lock and wakes everyone watching `lost()`.
@@ -72,7 +95,8 @@ impl Hold {
         }
     }
 
-    /// Completes when the hold is lost (or its hard lease ran out).
+    /// Completes when the hold is lost: marked so, or its validity deadline passed. Driven by
+    /// a timer, so it fires even while Redis or the network is silent.
     pub(crate) async fn lost(&self) {
         loop {
             let notified = self.lost_notify.notified();
@@ -81,14 +105,10 @@ impl Hold {
             if self.is_lost() {
                 return;
             }
-            match self.hard_deadline() {
-                Some(deadline) => {
-                    tokio::select! {
-                        _ = notified => {}
-                        _ = tokio::time::sleep_until(deadline) => {}
-                    }
-                }
-                None => notified.await,
+            // A renewal may push the deadline on meanwhile: sleep to the one known now, recheck.
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(self.valid_until()) => {}
             }
         }
     }
@@ -96,4 +116,12 @@ impl Hold {
     pub(crate) fn release_gate(&self) {
         self.gate.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
+}
+
+/// How much earlier than Redis the holder gives its lease up: 1 % of the lease plus 2 ms (the
+/// margin Redlock uses), at most half the lease. It covers the client's clock running slower
+/// than the server's and Redis's expiry granularity; a lease shorter than a few ms is therefore
+/// valid for almost no time at all.
+pub(crate) fn drift(lease: Duration) -> Duration {
+    (lease / 100 + Duration::from_millis(2)).min(lease / 2)
 }

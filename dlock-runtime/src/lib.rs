@@ -91,6 +91,7 @@
 //! Redis failure (with the URL and the operation), WRONGTYPE at the lock key, invalid argument
 //! (empty name, zero TTL, both `ttl` and `lease`), no installed client.
 
+mod background;
 mod builder;
 mod client;
 mod error;

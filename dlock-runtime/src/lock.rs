@@ -176,7 +176,7 @@ impl Lock {
         if lease.as_millis() == 0 {
             return bad("ttl/lease must be at least 1 ms (Redis leases are whole milliseconds)");
         }
-        if lease > Duration::from_secs(100 * 365 * 24 * 3600) {
+        if lease > crate::builder::MAX_LEASE {
             return bad("ttl/lease longer than 100 years; use a finite lease");
         }
         Ok(lease)
@@ -189,10 +189,7 @@ impl Lock {
             return self.reenter(parent).await;
         }
         let started = Instant::now();
-        // `wait(Duration::MAX)` means "as long as it takes", not an overflow panic.
-        let deadline = started
-            .checked_add(wait)
-            .unwrap_or_else(|| started + Duration::from_secs(100 * 365 * 24 * 3600));
+        let deadline = far_instant(started, wait);
         let timeout = || LockError::Timeout {
             name: self.name.clone(),
             waited: started.elapsed(),
@@ -201,62 +198,102 @@ impl Lock {
         else {
             return Err(timeout());
         };
-        let hold = Arc::new(Hold::new(
-            inner.next_seq(),
-            inner.client_id.clone(),
-            self.name.clone(),
-            self.keys.clone(),
-            inner.unique_id(),
-            lease,
-        ));
-        // Registered before the first request goes out; removed again on any failure or
-        // cancellation by the registration's Drop.
-        let registration = Registration::new(&self.client, hold.clone(), self.lease.is_none());
+        let hard = self.lease.is_some();
+        let new_hold = || {
+            let hold = Arc::new(Hold::new(
+                inner.next_seq(),
+                inner.client_id.clone(),
+                self.name.clone(),
+                self.keys.clone(),
+                inner.unique_id(),
+                lease,
+                hard,
+            ));
+            // Registered before the first request goes out; removed again on any failure or
+            // cancellation by the registration's Drop.
+            let registration = Registration::new(&self.client, hold.clone(), !hard);
+            (hold, registration)
+        };
+        let (mut hold, mut registration) = new_hold();
         let mut subscription = None;
         loop {
             let sent_at = Instant::now();
-            match self.attempt(&hold, None).await? {
+            let bound = self.attempt_bound(sent_at, deadline, wait);
+            let attempt = match tokio::time::timeout_at(bound, self.attempt(&hold, None)).await {
+                Ok(attempt) => attempt?,
+                // Dropping the attempt armed its orphan clean-up: whatever Redis may still
+                // grant is released as soon as it arrives.
+                Err(_) => return Err(self.no_reply(started)),
+            };
+            let pttl = match attempt {
                 Attempt::Acquired { token, .. } => {
-                    hold.token.store(token.max(0) as u64, Ordering::Release);
-                    hold.local_holds.store(1, Ordering::Release);
-                    *hold.gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(pass);
-                    if self.lease.is_some() {
-                        *hold.hard_deadline.lock().unwrap_or_else(|e| e.into_inner()) =
-                            Some(sent_at + lease);
-                    }
-                    registration.activate(sent_at);
-                    tracing::debug!(lock = %self.name, token, waited = ?started.elapsed(), "dlock: acquired");
-                    return Ok(LockGuard::new(self.client.clone(), hold));
-                }
-                Attempt::Held { pttl } => {
-                    let now = Instant::now();
-                    if now >= deadline {
-                        return Err(timeout());
-                    }
-                    let Some(sub) = &subscription else {
-                        // Subscribe first, then retry: a release published in between is
-                        // then either seen by the retry or delivered to the subscription.
-                        let sub = tokio::time::timeout_at(
-                            deadline,
-                            inner.waiters.subscribe(&self.keys.channel),
-                        )
-                        .await
-                        .map_err(|_| timeout())?;
-                        subscription = Some(sub);
-                        continue;
-                    };
-                    // A crashed holder never publishes: sleep at most until its lease ends.
-                    // A lease of unknown length (no TTL) is re-checked every `lease`.
-                    let pttl = if pttl > 0 {
-                        Duration::from_millis(pttl as u64)
+                    hold.confirm(sent_at);
+                    if hold.is_lost() {
+                        // The reply came after the lease it granted could be trusted (a paused
+                        // process, a slow link): give it back if still ours, and go on waiting.
+                        // A new owner id for the next attempt, so it cannot re-enter the hold
+                        // being given back.
+                        tracing::warn!(lock = %self.name, late_by = ?sent_at.elapsed(), "dlock: acquire reply arrived after its lease; releasing it");
+                        crate::guard::spawn_release(self.client.clone(), hold.clone());
+                        (hold, registration) = new_hold();
+                        0
                     } else {
-                        lease
-                    };
-                    tracing::debug!(lock = %self.name, ?pttl, "dlock: waiting for release");
-                    let _ = tokio::time::timeout_at(deadline.min(now + pttl), sub.released()).await;
+                        hold.token.store(token.max(0) as u64, Ordering::Release);
+                        hold.local_holds.store(1, Ordering::Release);
+                        *hold.gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(pass);
+                        registration.activate(sent_at);
+                        tracing::debug!(lock = %self.name, token, waited = ?started.elapsed(), "dlock: acquired");
+                        return Ok(LockGuard::new(self.client.clone(), hold));
+                    }
                 }
+                Attempt::Held { pttl } => pttl,
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(timeout());
             }
+            let Some(sub) = &subscription else {
+                // Subscribe first, then retry: a release published in between is then either
+                // seen by the retry or delivered to the subscription. Bounded by the ack
+                // timeout; if the wait ends first, the retry is the last attempt.
+                subscription =
+                    tokio::time::timeout_at(deadline, inner.waiters.subscribe(&self.keys.channel))
+                        .await
+                        .ok();
+                continue;
+            };
+            // A crashed holder never publishes (nor does a release we cannot hear while the
+            // subscription is unconfirmed): sleep at most until its lease ends. A lease of
+            // unknown length (no TTL) is re-checked every `lease`.
+            let pttl = if pttl > 0 {
+                Duration::from_millis(pttl as u64)
+            } else {
+                lease
+            };
+            tracing::debug!(lock = %self.name, ?pttl, confirmed = sub.confirmed(), "dlock: waiting for release");
+            let _ = tokio::time::timeout_at(deadline.min(now + pttl), sub.released()).await;
         }
+    }
+
+    /// How long one attempt may wait for Redis's reply: the rest of the wait, but at least
+    /// [`ATTEMPT_GRACE`] (so the last attempt, made when the wait is up, can be answered); a
+    /// try-once (`wait` zero) gets the response timeout.
+    fn attempt_bound(&self, now: Instant, deadline: Instant, wait: Duration) -> Instant {
+        let response_timeout = self.client.inner.response_timeout;
+        if wait.is_zero() {
+            return now + response_timeout;
+        }
+        deadline.max(now + ATTEMPT_GRACE.min(response_timeout))
+    }
+
+    /// The error for an attempt Redis did not answer within its bound.
+    fn no_reply(&self, started: Instant) -> LockError {
+        let waited = started.elapsed();
+        let io = std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no reply to acquire within the wait ({waited:?}); a grant that arrives later is released"),
+        );
+        self.redis_error("acquire", redis::RedisError::from(io))
     }
 
     /// Re-enters a hold an enclosing scope owns: one more count on the same owner.
@@ -291,13 +328,10 @@ impl Lock {
         match result {
             Ok(Attempt::Acquired { count, .. }) if count > 1 => {
                 local.keep();
-                if let Some(d) = parent
-                    .hard_deadline
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .as_mut()
-                {
-                    *d = sent_at + parent.lease;
+                // A re-entry refreshes a watchdog lease (the script set it again); a hard lease
+                // ends where the first acquire set it (the script left its expiry alone).
+                if !parent.hard {
+                    parent.confirm(sent_at);
                 }
                 Ok(LockGuard::new(self.client.clone(), parent))
             }
@@ -340,6 +374,7 @@ impl Lock {
             .arg(inner.latch_ttl.as_millis() as u64)
             .arg(if reentry.is_some() { "1" } else { "0" })
             .arg(fence_lifetime(hold.lease).as_millis() as u64)
+            .arg(if hold.hard { "1" } else { "0" })
             .invoke_async(&mut conn)
             .await;
         match reply {
@@ -363,8 +398,21 @@ impl Lock {
     }
 }
 
+/// The least time an attempt may wait for Redis's reply, even at the end of the wait: a
+/// healthy Redis answers in well under a millisecond, a busy one (a slow script, a fork) may
+/// take tens of milliseconds, and giving up sooner would only turn a free lock into a timeout.
+const ATTEMPT_GRACE: Duration = Duration::from_millis(250);
+
+/// `start + wait`, where a wait too long to represent (`Duration::MAX`: "as long as it takes")
+/// means a century rather than an overflow panic.
+fn far_instant(start: Instant, wait: Duration) -> Instant {
+    start
+        .checked_add(wait)
+        .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
 /// How long a fencing counter lives. Tokens stay monotonic after it expires (acquire.lua
-/// starts the next one at the server's clock), so this only bounds memory per lock name.
+/// never hands out less than the server's clock in µs), so this only bounds memory per name.
 fn fence_lifetime(lease: Duration) -> Duration {
     (lease * 2).max(Duration::from_secs(24 * 3600))
 }

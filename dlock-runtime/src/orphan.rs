@@ -54,10 +54,6 @@ impl Drop for Orphan {
         if !self.armed {
             return;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(key = %self.key, "dlock: acquire cancelled outside a runtime; a possible hold expires with its TTL");
-            return;
-        };
         // Same connection as the acquire: Redis runs it after the acquire, if that was sent.
         let mut conn = self.conn.clone();
         let key = std::mem::take(&mut self.key);
@@ -69,7 +65,9 @@ impl Drop for Orphan {
             self.lease_ms,
             self.client.inner.latch_ttl.as_millis() as u64,
         );
-        rt.spawn(async move {
+        // On the client's thread, so a future dropped anywhere (a plain thread, a runtime
+        // shutting down) is still cleaned up.
+        self.client.inner.bg.spawn(async move {
             let result: redis::RedisResult<i64> = match marker {
                 Some(marker) => {
                     scripts::UNDO_REENTRY

@@ -50,6 +50,9 @@ pub(crate) struct WaiterSettings {
     pub(crate) ack_timeout: Duration,
     /// PING period of the connection (see [`DEFAULT_HEALTH_INTERVAL`]).
     pub(crate) health_interval: Duration,
+    /// Called when the connection was found lost and again when a replacement is subscribed:
+    /// Redis may have restarted or failed over, which the holders of locks must learn too.
+    pub(crate) on_connection_change: Box<dyn Fn() + Send + Sync>,
 }
 
 enum Command {
@@ -312,6 +315,7 @@ impl Subscriber {
             match self.session(pubsub).await {
                 Ended::ClientGone => return,
                 Ended::Lost(why) => {
+                    (self.settings.on_connection_change)();
                     tracing::warn!(
                         reason = why,
                         "dlock subscriber connection lost; waiters fall back to PTTL retries while it is replaced"
@@ -393,6 +397,7 @@ impl Subscriber {
         // retries after it, so nothing was missed; a stale wake-up would only cost a retry.
         if epoch > 1 {
             self.shared.wake_all();
+            (self.settings.on_connection_change)();
         }
         true
     }
@@ -510,6 +515,7 @@ mod tests {
             connect_timeout: Duration::from_millis(500),
             ack_timeout: ACK,
             health_interval,
+            on_connection_change: Box::new(|| {}),
         };
         Waiters::start(client, settings, &tokio::runtime::Handle::current())
             .await

@@ -4,14 +4,17 @@
 //! calls sent concurrently on one multiplexed connection, so a tick costs one round trip however
 //! many locks are held (not one timer per lock). A hold is registered before its acquire is sent
 //! and removed synchronously at the start of its release, so no renewal can outlive the release
-//! that ended it (Redisson #7272). A renewal that finds the lock gone marks the hold lost; so does
-//! failing to reach Redis until the lease must have run out.
+//! that ended it (Redisson #7272). A renewal that finds the lock gone marks the hold lost. A
+//! successful one moves the hold's validity deadline to its *send* time plus the lease minus the
+//! drift margin; the hold reads as lost from that deadline on whatever the watchdog is doing
+//! (`Hold::is_lost`), and the task also wakes at it to mark the hold lost and log it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
+use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -21,13 +24,16 @@ use crate::scripts;
 /// Keys per renew script call: bounds how long one call keeps Redis busy.
 const CHUNK: usize = 500;
 
+/// Shortest pause between failed renewals of one hold, and the shortest bound on a call.
+const MIN_RETRY: Duration = Duration::from_millis(20);
+
 struct Entry {
     hold: Arc<Hold>,
     /// False until the acquire reply arrived: nothing to renew yet.
     active: bool,
+    /// When the next renewal is due: a third of the lease after the last successful one was
+    /// sent, or sooner after a failed one.
     due: Instant,
-    /// When the lease runs out if no renewal gets through.
-    valid_until: Instant,
 }
 
 #[derive(Default)]
@@ -44,6 +50,13 @@ impl Shared {
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    fn wake_before(&self, due: Instant) {
+        let planned = *self.planned_wake.lock().unwrap_or_else(|e| e.into_inner());
+        if planned.is_none_or(|wake| due < wake) {
+            self.changed.notify_one();
+        }
+    }
 }
 
 pub(crate) struct Watchdog {
@@ -51,22 +64,21 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    pub(crate) fn start(conn: ConnectionManager, url: String) -> Self {
+    pub(crate) fn start(conn: ConnectionManager, url: String, rt: &Handle) -> Self {
         let shared = Arc::new(Shared::default());
-        tokio::spawn(run(Arc::downgrade(&shared), conn, url));
+        rt.spawn(run(Arc::downgrade(&shared), conn, url));
         Watchdog { shared }
     }
 
     /// Step one, before the acquire is sent: the hold exists but is not renewed yet.
     pub(crate) fn register(&self, hold: Arc<Hold>) {
-        let now = Instant::now();
+        let due = Instant::now();
         self.shared.entries().insert(
             hold.id,
             Entry {
                 hold,
                 active: false,
-                due: now,
-                valid_until: now,
+                due,
             },
         );
     }
@@ -77,24 +89,31 @@ impl Watchdog {
             Some(e) => {
                 e.active = true;
                 e.due = sent_at + e.hold.lease / 3;
-                e.valid_until = sent_at + e.hold.lease;
                 e.due
             }
             None => return,
         };
-        let planned = *self
-            .shared
-            .planned_wake
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if planned.is_none_or(|wake| due < wake) {
-            self.shared.changed.notify_one();
-        }
+        self.shared.wake_before(due);
     }
 
     /// Removes a hold; after this returns no renewal of it will be sent.
     pub(crate) fn remove(&self, id: u64) {
         self.shared.entries().remove(&id);
+    }
+
+    /// Renews every hold now: called when a connection was lost or replaced (Redis restarted,
+    /// failed over, or a link froze), so holds whose keys are gone learn it within a round trip
+    /// instead of at their next scheduled renewal.
+    pub(crate) fn renew_all_now(&self) {
+        let now = Instant::now();
+        let mut any = false;
+        for e in self.shared.entries().values_mut().filter(|e| e.active) {
+            e.due = now;
+            any = true;
+        }
+        if any {
+            self.shared.changed.notify_one();
+        }
     }
 }
 
@@ -102,6 +121,7 @@ async fn run(shared: Weak<Shared>, mut conn: ConnectionManager, url: String) {
     loop {
         let Some(s) = shared.upgrade() else { return };
         let now = Instant::now();
+        expire(&s, now);
         let (batch, next) = due_now(&s, now);
         if batch.is_empty() {
             // Waking at least every second lets the task notice that its client is gone.
@@ -121,9 +141,15 @@ async fn run(shared: Weak<Shared>, mut conn: ConnectionManager, url: String) {
             *s.planned_wake.lock().unwrap_or_else(|e| e.into_inner()) = None;
             continue;
         }
-        // A hung call must not hold back the lost signal (or other renewals) for a whole
-        // response timeout: give up on it after a third of the shortest lease in the batch.
-        let limit = batch.iter().map(|h| h.lease / 3).min().unwrap_or_default();
+        // A hung call must not hold back other renewals: give up on it when the first hold of
+        // the batch runs out of validity (a late success could not extend it any more anyway),
+        // and never wait longer than a third of the shortest lease.
+        let limit = batch
+            .iter()
+            .map(|h| (h.valid_until().saturating_duration_since(now)).min(h.lease / 3))
+            .min()
+            .unwrap_or_default()
+            .max(MIN_RETRY);
         let results = tokio::time::timeout(limit, renew(&mut conn, &batch))
             .await
             .unwrap_or_else(|_| vec![None; batch.len()]);
@@ -131,22 +157,42 @@ async fn run(shared: Weak<Shared>, mut conn: ConnectionManager, url: String) {
     }
 }
 
-/// Holds due now, or due within a sixth of their lease (so near-due holds share this round
-/// trip instead of costing their own), and the next instant anything else falls due.
-fn due_now(s: &Shared, now: Instant) -> (Vec<Arc<Hold>>, Option<Instant>) {
-    let entries = s.entries();
-    let mut batch = Vec::new();
-    let mut next: Option<Instant> = None;
-    for e in entries.values().filter(|e| e.active) {
-        if e.due <= now + e.hold.lease / 6 {
-            batch.push(e.hold.clone());
-        } else {
-            next = Some(next.map_or(e.due, |n| n.min(e.due)));
+/// Marks lost every hold whose validity ran out before a renewal got through, with a warn
+/// event. `Hold::is_lost` already says so from that instant on; this tells the logs and stops
+/// renewing a lock somebody else may hold by now.
+fn expire(s: &Shared, now: Instant) {
+    s.entries().retain(|_, e| {
+        if e.active && now >= e.hold.valid_until() {
+            e.hold
+                .mark_lost("the lease ran out before a renewal got through");
+            return false;
         }
-    }
-    (batch, next)
+        true
+    });
 }
 
+/// Holds due now, plus those due within a twelfth of their lease (they share this round trip
+/// instead of costing their own), and the next instant anything else falls due or expires.
+/// Nothing is sent before at least one hold is due, so a lone lock renews at a third of its
+/// lease, as documented.
+fn due_now(s: &Shared, now: Instant) -> (Vec<Arc<Hold>>, Option<Instant>) {
+    let entries = s.entries();
+    let active = || entries.values().filter(|e| e.active);
+    let next_deadline = active().map(|e| e.hold.valid_until()).min();
+    if !active().any(|e| e.due <= now) {
+        let next_due = active().map(|e| e.due).min();
+        let next = match (next_due, next_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        return (Vec::new(), next);
+    }
+    let batch = active()
+        .filter(|e| e.due <= now + e.hold.lease / 12)
+        .map(|e| e.hold.clone())
+        .collect();
+    (batch, None)
+}
 async fn renew(conn: &mut ConnectionManager, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
     let calls = batch.chunks(CHUNK).map(|chunk| {
         let mut conn = conn.clone();
@@ -184,22 +230,24 @@ fn apply(s: &Shared, batch: &[Arc<Hold>], results: Vec<Option<bool>>, sent_at: I
         };
         match result {
             Some(true) => {
+                // Valid from the send, not the reply: Redis may have set the new expiry the
+                // instant the request arrived.
+                hold.confirm(sent_at);
                 e.due = sent_at + hold.lease / 3;
-                e.valid_until = sent_at + hold.lease;
             }
             Some(false) => {
                 hold.mark_lost("watchdog found the lock gone or owned by someone else");
                 entries.remove(&hold.id);
             }
-            None if now >= e.valid_until => {
+            None if now >= hold.valid_until() => {
                 hold.mark_lost(&format!(
                     "redis at {url} unreachable until the lease ran out"
                 ));
                 entries.remove(&hold.id);
             }
             None => {
-                // Try again after about a twelfth of the lease (due_now batches a sixth early).
-                e.due = now + hold.lease / 4;
+                // Try again soon: every failed round trip brings the validity deadline closer.
+                e.due = now + (hold.lease / 30).clamp(MIN_RETRY, Duration::from_millis(500));
             }
         }
     }

@@ -1,34 +1,49 @@
 -- Acquire or re-enter a lock.
 -- KEYS[1] lock hash (owner -> hold count), KEYS[2] fencing counter, KEYS[3] re-entry marker
 -- ARGV[1] lease in ms, ARGV[2] owner id, ARGV[3] marker lifetime in ms,
--- ARGV[4] '1' when this is a re-entry of an enclosing hold, ARGV[5] fencing counter lifetime ms
--- Returns {hold count, fencing token} when held by ARGV[2] afterwards, {0, pttl} otherwise.
--- Every redis.call costs Redis ~2 µs here, a tenth of a loopback round trip: keep them few.
+-- ARGV[4] '1' when this is a re-entry of an enclosing hold, ARGV[5] fencing counter lifetime ms,
+-- ARGV[6] '1' to leave the expiry alone on a re-entry (a hard lease ends where it was set)
+-- Returns {hold count, fencing token} when held by ARGV[2] afterwards ({count, 0} for a
+-- re-entry: the holder knows its token), {0, pttl} otherwise.
+-- Every check comes before the first write: Redis does not roll a failed script back.
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  -- Only a free -> held transition takes a new token, so a later holder always has a larger
-  -- one. The counter expires ARGV[5] ms after it was made (one key per lock name would pile up
-  -- forever otherwise); a new counter starts at the server time in µs, above anything the old
-  -- one reached. Done before any write so a wrong-typed counter fails the script cleanly.
-  local token = redis.call('INCR', KEYS[2])
-  if token == 1 then
-    local now = redis.call('TIME')
-    token = tonumber(now[1]) * 1000000 + tonumber(now[2])
-    redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[5])
+  -- A free -> held transition: the token is max(last + 1, server time in µs). The clock term
+  -- keeps tokens rising when the counter went back (Redis restored an older RDB or AOF, a
+  -- replica that missed the last writes was promoted, the counter expired); the counter term
+  -- keeps them rising within one µs or if the clock steps back a little.
+  local last = redis.pcall('GET', KEYS[2])
+  if type(last) == 'table' then
+    return redis.error_reply('WRONGTYPE fencing counter `' .. KEYS[2] .. '` holds a non-string value')
   end
-  redis.call('HSET', KEYS[1], ARGV[2], 1)
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  last = tonumber(last or '0')
+  if not last then
+    return redis.error_reply('WRONGTYPE fencing counter `' .. KEYS[2] .. '` holds a non-number')
+  end
+  local now = redis.call('TIME')
+  local token = math.max(last + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  -- The counter expires (one key per lock name would pile up forever); the clock term makes
+  -- that harmless.
+  redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[5])
   if ARGV[4] == '1' then
     redis.call('SET', KEYS[3], 1, 'PX', ARGV[3])
   end
+  redis.call('HSET', KEYS[1], ARGV[2], 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
   return {1, token}
 end
-if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then
-  local count = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+local held = redis.pcall('HEXISTS', KEYS[1], ARGV[2])
+if type(held) == 'table' then
+  return redis.error_reply('WRONGTYPE lock hash `' .. KEYS[1] .. '` holds a non-hash value')
+end
+if held == 1 then
   -- The marker lets a cancelled re-entry be undone exactly once (undo_reentry.lua).
   if ARGV[4] == '1' then
     redis.call('SET', KEYS[3], 1, 'PX', ARGV[3])
   end
-  return {count, tonumber(redis.call('GET', KEYS[2]) or '0')}
+  local count = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+  if ARGV[6] ~= '1' then
+    redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  end
+  return {count, 0}
 end
 return {0, redis.call('PTTL', KEYS[1])}

@@ -3,27 +3,33 @@
 -- ARGV[1] owner id, ARGV[2] lease in ms to refresh when holds remain (0: a hard lease, keep
 -- its expiry), ARGV[3] latch lifetime ms
 -- Returns -1 when ARGV[1] does not hold the lock, else the holds it has left (0 = freed).
-local done = redis.call('GET', KEYS[3])
+-- Every check comes before the first write: Redis does not roll a failed script back.
+local done = redis.pcall('GET', KEYS[3])
+if type(done) == 'table' then
+  return redis.error_reply('WRONGTYPE release latch `' .. KEYS[3] .. '` holds a non-string value')
+end
 if done then
   -- A retry of a release that already ran (reply lost to a timeout or reconnect): answer the
   -- same thing again instead of releasing twice.
   return tonumber(done)
 end
-local result
-local count = tonumber(redis.call('HGET', KEYS[1], ARGV[1]))
-if not count then
-  result = -1
-else
+local count = redis.pcall('HGET', KEYS[1], ARGV[1])
+if type(count) == 'table' then
+  return redis.error_reply('WRONGTYPE lock hash `' .. KEYS[1] .. '` holds a non-hash value')
+end
+count = tonumber(count)
+local result = -1
+if count then
   result = count - 1
-  if result > 0 then
-    redis.call('HSET', KEYS[1], ARGV[1], result)
-    if tonumber(ARGV[2]) > 0 then
-      redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    end
-  else
-    redis.call('DEL', KEYS[1])
-    redis.call('PUBLISH', KEYS[2], 'released')
-  end
 end
 redis.call('SET', KEYS[3], result, 'PX', ARGV[3])
+if result > 0 then
+  redis.call('HSET', KEYS[1], ARGV[1], result)
+  if tonumber(ARGV[2]) > 0 then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
+elseif result == 0 then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', KEYS[2], 'released')
+end
 return result

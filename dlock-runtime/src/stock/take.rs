@@ -323,6 +323,7 @@ impl SegmentedStock {
                 record: Record::parse(&record).ok_or_else(|| LockError::WrongType {
                     name: self.name.clone(),
                     key: k.records.clone(),
+                    role: "stock order records".into(),
                 })?,
                 left,
             },
