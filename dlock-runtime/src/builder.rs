@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::client::LockClient;
 use crate::error::LockError;
+use crate::shared::Shared;
 
 /// Default lease kept alive by the watchdog (Redisson's `lockWatchdogTimeout`).
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -138,6 +139,8 @@ impl LockClientBuilder {
                 return bad(format!("{what} of {d:?} is above the limit of {max:?}"));
             }
         }
-        LockClient::from_builder(self).await
+        Shared::connect(self)
+            .await
+            .map(|shared| LockClient { shared })
     }
 }

@@ -5,11 +5,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::LockClient;
 use crate::error::LockError;
 use crate::hold::Hold;
 use crate::scope;
 use crate::scripts;
+use crate::shared::Shared;
 
 /// One hold of a lock. Release it with [`LockGuard::release`] to see errors and to know the
 /// lock is free when the call returns; dropping it (panic, `?`, a cancelled future), on any
@@ -18,15 +18,15 @@ use crate::scripts;
 /// `Send + Sync`, so it can live across `.await` in a `Send` future (axum handlers).
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
-    client: LockClient,
+    shared: Arc<Shared>,
     hold: Arc<Hold>,
     released: bool,
 }
 
 impl LockGuard {
-    pub(crate) fn new(client: LockClient, hold: Arc<Hold>) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>, hold: Arc<Hold>) -> Self {
         LockGuard {
-            client,
+            shared,
             hold,
             released: false,
         }
@@ -88,12 +88,12 @@ impl LockGuard {
     /// finished in the background with the same request id, so it is applied exactly once.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.released = true;
-        let last = begin_release(&self.client, &self.hold);
+        let last = begin_release(&self.shared, &self.hold);
         let pending = Pending {
-            client: self.client.clone(),
+            shared: self.shared.clone(),
             hold: self.hold.clone(),
             last,
-            latch: self.client.inner.unique_id(),
+            latch: self.shared.unique_id(),
             done: false,
         };
         pending.run().await
@@ -115,12 +115,12 @@ impl Drop for LockGuard {
             return;
         }
         // Drop cannot await: stop renewing now, release on the runtime.
-        let last = begin_release(&self.client, &self.hold);
+        let last = begin_release(&self.shared, &self.hold);
         Pending {
-            client: self.client.clone(),
+            shared: self.shared.clone(),
             hold: self.hold.clone(),
             last,
-            latch: self.client.inner.unique_id(),
+            latch: self.shared.unique_id(),
             done: false,
         }
         .spawn();
@@ -130,7 +130,7 @@ impl Drop for LockGuard {
 /// A release whose watchdog entry is already gone: it must reach Redis, so if the future
 /// running it is dropped, Drop hands it to the runtime (same latch id: applied at most once).
 struct Pending {
-    client: LockClient,
+    shared: Arc<Shared>,
     hold: Arc<Hold>,
     last: bool,
     latch: String,
@@ -139,7 +139,7 @@ struct Pending {
 
 impl Pending {
     async fn run(mut self) -> Result<(), LockError> {
-        let result = finish_release(&self.client, &self.hold, self.last, &self.latch).await;
+        let result = finish_release(&self.shared, &self.hold, self.last, &self.latch).await;
         self.done = true;
         result
     }
@@ -147,19 +147,19 @@ impl Pending {
     fn spawn(mut self) {
         self.done = true;
         let Pending {
-            client,
+            shared,
             hold,
             last,
             latch,
             ..
         } = &self;
-        let (client, hold, last, latch) = (client.clone(), hold.clone(), *last, latch.clone());
+        let (shared, hold, last, latch) = (shared.clone(), hold.clone(), *last, latch.clone());
         // On the client's own thread: works from any thread, with or without a runtime, and
         // is not cancelled when the caller's runtime shuts down.
-        client.inner.bg.spawn({
-            let client = client.clone();
+        shared.bg.spawn({
+            let shared = shared.clone();
             async move {
-                if let Err(e) = finish_release(&client, &hold, last, &latch).await {
+                if let Err(e) = finish_release(&shared, &hold, last, &latch).await {
                     tracing::warn!(lock = %hold.name, error = %e, "dlock: background release failed");
                 }
             }
@@ -171,7 +171,7 @@ impl Drop for Pending {
     fn drop(&mut self) {
         if !self.done {
             Pending {
-                client: self.client.clone(),
+                shared: self.shared.clone(),
                 hold: self.hold.clone(),
                 last: self.last,
                 latch: std::mem::take(&mut self.latch),
@@ -195,21 +195,21 @@ impl std::fmt::Debug for LockGuard {
 
 /// Synchronous first half: drops one local hold; the last one leaves the watchdog here, before
 /// any request goes out, so no renewal can follow the release.
-fn begin_release(client: &LockClient, hold: &Hold) -> bool {
+fn begin_release(shared: &Arc<Shared>, hold: &Hold) -> bool {
     let last = hold.local_holds.fetch_sub(1, Ordering::AcqRel) == 1;
     if last {
-        client.inner.watchdog.remove(hold.id);
+        shared.watchdog.remove(hold.id);
     }
     last
 }
 
 async fn finish_release(
-    client: &LockClient,
+    shared: &Arc<Shared>,
     hold: &Hold,
     last: bool,
     latch: &str,
 ) -> Result<(), LockError> {
-    let result = release_script(client, hold, latch).await;
+    let result = release_script(shared, hold, latch).await;
     if last {
         // Only now may the next task of this process try: the lock is free (or expiring).
         hold.release_gate();
@@ -230,22 +230,22 @@ async fn finish_release(
 }
 
 /// Releases a hold without a guard (used when a re-entry finds its enclosing hold gone).
-pub(crate) fn spawn_release(client: LockClient, hold: Arc<Hold>) {
-    let bg = client.inner.bg.handle().clone();
+pub(crate) fn spawn_release(shared: Arc<Shared>, hold: Arc<Hold>) {
+    let bg = shared.bg.handle().clone();
     bg.spawn(async move {
-        let latch = client.inner.unique_id();
-        let _ = release_script(&client, &hold, &latch).await;
+        let latch = shared.unique_id();
+        let _ = release_script(&shared, &hold, &latch).await;
     });
 }
 
 /// Runs release.lua, retrying lost replies with the same request id: the latch in Redis
 /// answers a retry of a release that already ran instead of releasing twice.
 async fn release_script(
-    client: &LockClient,
+    shared: &Arc<Shared>,
     hold: &Hold,
     latch_id: &str,
 ) -> Result<i64, LockError> {
-    let inner = &client.inner;
+    let inner = &shared;
     let latch = format!("{}{latch_id}", hold.keys.latch_prefix);
     let mut attempt = 0;
     let first_send = tokio::time::Instant::now();

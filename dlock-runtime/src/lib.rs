@@ -94,6 +94,7 @@
 mod background;
 mod builder;
 mod client;
+mod conn;
 mod error;
 mod gate;
 mod guard;
@@ -103,6 +104,7 @@ mod names;
 mod orphan;
 mod scope;
 mod scripts;
+mod shared;
 mod stock;
 mod waiters;
 mod watchdog;

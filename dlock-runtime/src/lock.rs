@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::LockClient;
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::hold::Hold;
@@ -14,6 +13,7 @@ use crate::names::LockKeys;
 use crate::orphan::{Orphan, Registration};
 use crate::scope;
 use crate::scripts;
+use crate::shared::Shared;
 
 /// A handle on the lock called `name`; made by [`LockClient::lock`]. Cheap to clone; holds no
 /// lock by itself.
@@ -30,7 +30,7 @@ use crate::scripts;
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct Lock {
-    client: LockClient,
+    shared: Arc<Shared>,
     name: String,
     keys: LockKeys,
     ttl: Option<Duration>,
@@ -44,10 +44,10 @@ enum Attempt {
 }
 
 impl Lock {
-    pub(crate) fn new(client: LockClient, name: String) -> Self {
-        let keys = LockKeys::new(&client.inner.prefix, &name);
+    pub(crate) fn new(shared: Arc<Shared>, name: String) -> Self {
+        let keys = LockKeys::new(&shared.prefix, &name);
         Lock {
-            client,
+            shared,
             name,
             keys,
             ttl: None,
@@ -100,7 +100,7 @@ impl Lock {
     /// count + 1) at once. Cancel-safe: if the future is dropped after the request was sent, a
     /// hold the server may have granted is released right away, not left to its TTL.
     pub async fn acquire(&self) -> Result<LockGuard, LockError> {
-        let wait = self.wait.unwrap_or(self.client.inner.default_wait);
+        let wait = self.wait.unwrap_or(self.shared.default_wait);
         self.acquire_within(wait).await
     }
 
@@ -116,7 +116,7 @@ impl Lock {
 
     /// Whether anybody holds the lock right now.
     pub async fn is_locked(&self) -> Result<bool, LockError> {
-        let mut conn = self.client.inner.conn();
+        let mut conn = self.shared.conn();
         redis::cmd("EXISTS")
             .arg(&self.keys.key)
             .query_async(&mut conn)
@@ -126,7 +126,7 @@ impl Lock {
 
     /// How long the current lease has left; `None` when the lock is free.
     pub async fn remaining_ttl(&self) -> Result<Option<Duration>, LockError> {
-        let mut conn = self.client.inner.conn();
+        let mut conn = self.shared.conn();
         let pttl: i64 = redis::cmd("PTTL")
             .arg(&self.keys.key)
             .query_async(&mut conn)
@@ -145,7 +145,7 @@ impl Lock {
     /// returns [`LockError::NotHeld`] without touching a new holder's lock.
     pub async fn force_unlock(&self) -> Result<bool, LockError> {
         self.validate()?;
-        let mut conn = self.client.inner.conn();
+        let mut conn = self.shared.conn();
         let deleted: i64 = scripts::FORCE_UNLOCK
             .key(&self.keys.key)
             .key(&self.keys.channel)
@@ -156,9 +156,7 @@ impl Lock {
     }
 
     fn redis_error(&self, op: &'static str, e: redis::RedisError) -> LockError {
-        self.client
-            .inner
-            .redis_error(&self.name, &self.keys.key, op, e)
+        self.shared.redis_error(&self.name, &self.keys.key, op, e)
     }
 
     fn validate(&self) -> Result<Duration, LockError> {
@@ -169,10 +167,7 @@ impl Lock {
         if self.ttl.is_some() && self.lease.is_some() {
             return bad("set either ttl (watchdog-renewed) or lease (hard expiry), not both");
         }
-        let lease = self
-            .lease
-            .or(self.ttl)
-            .unwrap_or(self.client.inner.default_ttl);
+        let lease = self.lease.or(self.ttl).unwrap_or(self.shared.default_ttl);
         if lease.as_millis() == 0 {
             return bad("ttl/lease must be at least 1 ms (Redis leases are whole milliseconds)");
         }
@@ -184,7 +179,7 @@ impl Lock {
 
     pub(crate) async fn acquire_within(&self, wait: Duration) -> Result<LockGuard, LockError> {
         let lease = self.validate()?;
-        let inner = &self.client.inner;
+        let inner = &self.shared;
         if let Some(parent) = scope::enclosing(&inner.client_id, &self.keys.key) {
             return self.reenter(parent).await;
         }
@@ -211,7 +206,7 @@ impl Lock {
             ));
             // Registered before the first request goes out; removed again on any failure or
             // cancellation by the registration's Drop.
-            let registration = Registration::new(&self.client, hold.clone(), !hard);
+            let registration = Registration::new(&self.shared, hold.clone(), !hard);
             (hold, registration)
         };
         let (mut hold, mut registration) = new_hold();
@@ -234,7 +229,7 @@ impl Lock {
                         // A new owner id for the next attempt, so it cannot re-enter the hold
                         // being given back.
                         tracing::warn!(lock = %self.name, late_by = ?sent_at.elapsed(), "dlock: acquire reply arrived after its lease; releasing it");
-                        crate::guard::spawn_release(self.client.clone(), hold.clone());
+                        crate::guard::spawn_release(self.shared.clone(), hold.clone());
                         (hold, registration) = new_hold();
                         0
                     } else {
@@ -243,7 +238,7 @@ impl Lock {
                         *hold.gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(pass);
                         registration.activate(sent_at);
                         tracing::debug!(lock = %self.name, token, waited = ?started.elapsed(), "dlock: acquired");
-                        return Ok(LockGuard::new(self.client.clone(), hold));
+                        return Ok(LockGuard::new(self.shared.clone(), hold));
                     }
                 }
                 Attempt::Held { pttl } => pttl,
@@ -279,7 +274,7 @@ impl Lock {
     /// [`ATTEMPT_GRACE`] (so the last attempt, made when the wait is up, can be answered); a
     /// try-once (`wait` zero) gets the response timeout.
     fn attempt_bound(&self, now: Instant, deadline: Instant, wait: Duration) -> Instant {
-        let response_timeout = self.client.inner.response_timeout;
+        let response_timeout = self.shared.response_timeout;
         if wait.is_zero() {
             return now + response_timeout;
         }
@@ -307,7 +302,7 @@ impl Lock {
         let marker = format!(
             "{}reentry:{}",
             self.keys.latch_prefix,
-            self.client.inner.unique_id()
+            self.shared.unique_id()
         );
         // Count only a live hold: a guard released while its scope future lives on has no hold
         // left to re-enter.
@@ -333,7 +328,7 @@ impl Lock {
                 if !parent.hard {
                     parent.confirm(sent_at);
                 }
-                Ok(LockGuard::new(self.client.clone(), parent))
+                Ok(LockGuard::new(self.shared.clone(), parent))
             }
             other => {
                 drop(local);
@@ -344,7 +339,7 @@ impl Lock {
                         // (give that back); "held": someone else has it now. Either way the
                         // enclosing hold is lost.
                         if matches!(attempt, Attempt::Acquired { .. }) {
-                            crate::guard::spawn_release(self.client.clone(), parent.clone());
+                            crate::guard::spawn_release(self.shared.clone(), parent.clone());
                         }
                         parent.mark_lost("re-entry found the enclosing hold gone");
                         Err(not_held())
@@ -358,13 +353,13 @@ impl Lock {
     /// lost, the `Orphan` undoes what the server may have done, on the same connection so it
     /// runs after the acquire.
     async fn attempt(&self, hold: &Hold, reentry: Option<&str>) -> Result<Attempt, LockError> {
-        let inner = &self.client.inner;
+        let inner = &self.shared;
         let mut conn = inner.conn();
         let marker = reentry.map_or_else(
             || format!("{}reentry", self.keys.latch_prefix),
             str::to_owned,
         );
-        let orphan = Orphan::new(&self.client, conn.clone(), hold, reentry.map(str::to_owned));
+        let orphan = Orphan::new(&self.shared, conn.clone(), hold, reentry.map(str::to_owned));
         let reply: redis::RedisResult<(i64, i64)> = scripts::ACQUIRE
             .key(&self.keys.key)
             .key(&self.keys.fence)

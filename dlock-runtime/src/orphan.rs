@@ -2,19 +2,19 @@
 
 use std::sync::Arc;
 
-use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
-use crate::client::LockClient;
+use crate::conn::Conn;
 use crate::hold::Hold;
 use crate::scripts;
+use crate::shared::Shared;
 
 /// Armed while an acquire request may be on the wire. Dropped armed (the caller's future was
 /// dropped, or the reply was lost), it undoes whatever the server may have granted: the owner
 /// id is known before sending, so "release if I am the owner" is always safe to send.
 pub(crate) struct Orphan {
-    client: LockClient,
-    conn: ConnectionManager,
+    shared: Arc<Shared>,
+    conn: Conn,
     key: String,
     channel: String,
     latch_prefix: String,
@@ -26,13 +26,13 @@ pub(crate) struct Orphan {
 
 impl Orphan {
     pub(crate) fn new(
-        client: &LockClient,
-        conn: ConnectionManager,
+        shared: &Arc<Shared>,
+        conn: Conn,
         hold: &Hold,
         reentry_marker: Option<String>,
     ) -> Self {
         Orphan {
-            client: client.clone(),
+            shared: shared.clone(),
             conn,
             key: hold.keys.key.clone(),
             channel: hold.keys.channel.clone(),
@@ -60,14 +60,11 @@ impl Drop for Orphan {
         let owner = std::mem::take(&mut self.owner);
         let marker = self.reentry_marker.take();
         let channel = std::mem::take(&mut self.channel);
-        let latch = format!("{}{}", self.latch_prefix, self.client.inner.unique_id());
-        let (lease_ms, latch_ms) = (
-            self.lease_ms,
-            self.client.inner.latch_ttl.as_millis() as u64,
-        );
+        let latch = format!("{}{}", self.latch_prefix, self.shared.unique_id());
+        let (lease_ms, latch_ms) = (self.lease_ms, self.shared.latch_ttl.as_millis() as u64);
         // On the client's thread, so a future dropped anywhere (a plain thread, a runtime
         // shutting down) is still cleaned up.
-        self.client.inner.bg.spawn(async move {
+        self.shared.bg.spawn(async move {
             let result: redis::RedisResult<i64> = match marker {
                 Some(marker) => {
                     scripts::UNDO_REENTRY
@@ -100,19 +97,19 @@ impl Drop for Orphan {
 
 /// The watchdog registration of an acquire in progress; removed again unless activated.
 pub(crate) struct Registration {
-    client: LockClient,
+    shared: Arc<Shared>,
     hold: Arc<Hold>,
     watchdog: bool,
     done: bool,
 }
 
 impl Registration {
-    pub(crate) fn new(client: &LockClient, hold: Arc<Hold>, watchdog: bool) -> Self {
+    pub(crate) fn new(shared: &Arc<Shared>, hold: Arc<Hold>, watchdog: bool) -> Self {
         if watchdog {
-            client.inner.watchdog.register(hold.clone());
+            shared.watchdog.register(hold.clone());
         }
         Registration {
-            client: client.clone(),
+            shared: shared.clone(),
             hold,
             watchdog,
             done: false,
@@ -121,7 +118,7 @@ impl Registration {
 
     pub(crate) fn activate(mut self, sent_at: Instant) {
         if self.watchdog {
-            self.client.inner.watchdog.activate(self.hold.id, sent_at);
+            self.shared.watchdog.activate(self.hold.id, sent_at);
         }
         self.done = true;
     }
@@ -130,7 +127,7 @@ impl Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         if !self.done && self.watchdog {
-            self.client.inner.watchdog.remove(self.hold.id);
+            self.shared.watchdog.remove(self.hold.id);
         }
     }
 }

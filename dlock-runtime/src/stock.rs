@@ -20,6 +20,7 @@ use futures_util::future::try_join_all;
 use crate::client::LockClient;
 use crate::error::LockError;
 use crate::scripts;
+use crate::shared::Shared;
 
 pub use audit::{Audit, SegmentAudit};
 pub use locks::{SegmentHold, SegmentLocks};
@@ -123,7 +124,7 @@ pub const DEFAULT_DRAINED_FOR: Duration = Duration::from_millis(100);
 ///
 #[derive(Clone)]
 pub struct SegmentedStock {
-    client: LockClient,
+    shared: Arc<Shared>,
     name: String,
     keys: Arc<[SegmentKeys]>,
     meta: String,
@@ -158,13 +159,13 @@ impl SegmentedStock {
     ) -> Result<Self, LockError> {
         let name = name.into();
         check_name_and_segments(&name, segments)?;
-        let prefix = &client.inner.prefix;
+        let prefix = &client.shared.prefix;
         Ok(SegmentedStock {
             keys: keys::segment_keys(prefix, &name, segments).into(),
             meta: keys::meta_key(prefix, &name),
             routing: Arc::new(Routing::new(segments)),
             view: Arc::new(DrainedView::new(segments, DEFAULT_DRAINED_FOR)),
-            client: client.clone(),
+            shared: client.shared.clone(),
             name,
         })
     }
@@ -225,7 +226,7 @@ impl SegmentedStock {
             )));
         }
         let n = u64::from(self.segments());
-        let mut conn = self.client.inner.conn();
+        let mut conn = self.shared.conn();
         let (created, old_total, old_segments): (i64, u64, u64) = scripts::STOCK_META
             .key(&self.meta)
             .arg(total)
@@ -246,7 +247,7 @@ impl SegmentedStock {
         self.view.clear();
         try_join_all(self.keys.iter().enumerate().map(|(i, k)| {
             let units = total / n + u64::from((i as u64) < total % n);
-            let mut conn = self.client.inner.conn();
+            let mut conn = self.shared.conn();
             async move {
                 scripts::STOCK_INIT
                     .key(&k.stock)
@@ -270,7 +271,7 @@ impl SegmentedStock {
     /// Every segment's level; feeds the drained view.
     async fn levels(&self) -> Result<Vec<u64>, LockError> {
         try_join_all(self.keys.iter().enumerate().map(|(i, k)| {
-            let mut conn = self.client.inner.conn();
+            let mut conn = self.shared.conn();
             async move {
                 let left: Option<u64> = redis::cmd("HGET")
                     .arg(&k.stock)
@@ -299,7 +300,7 @@ impl SegmentedStock {
     }
 
     fn redis_error(&self, key: &str, op: &'static str, e: redis::RedisError) -> LockError {
-        self.client.inner.redis_error(&self.name, key, op, e)
+        self.shared.redis_error(&self.name, key, op, e)
     }
 }
 

@@ -13,11 +13,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::conn::{Conn, Pool};
 use crate::hold::Hold;
 use crate::scripts;
 
@@ -64,9 +64,9 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    pub(crate) fn start(conn: ConnectionManager, url: String, rt: &Handle) -> Self {
+    pub(crate) fn start(pool: Arc<Pool>, url: String, rt: &Handle) -> Self {
         let shared = Arc::new(Shared::default());
-        rt.spawn(run(Arc::downgrade(&shared), conn, url));
+        rt.spawn(run(Arc::downgrade(&shared), pool, url));
         Watchdog { shared }
     }
 
@@ -117,7 +117,7 @@ impl Watchdog {
     }
 }
 
-async fn run(shared: Weak<Shared>, mut conn: ConnectionManager, url: String) {
+async fn run(shared: Weak<Shared>, pool: Arc<Pool>, url: String) {
     loop {
         let Some(s) = shared.upgrade() else { return };
         let now = Instant::now();
@@ -150,7 +150,7 @@ async fn run(shared: Weak<Shared>, mut conn: ConnectionManager, url: String) {
             .min()
             .unwrap_or_default()
             .max(MIN_RETRY);
-        let results = tokio::time::timeout(limit, renew(&mut conn, &batch))
+        let results = tokio::time::timeout(limit, renew(&mut pool.get(), &batch))
             .await
             .unwrap_or_else(|_| vec![None; batch.len()]);
         apply(&s, &batch, results, now, &url);
@@ -193,7 +193,7 @@ fn due_now(s: &Shared, now: Instant) -> (Vec<Arc<Hold>>, Option<Instant>) {
         .collect();
     (batch, None)
 }
-async fn renew(conn: &mut ConnectionManager, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
+async fn renew(conn: &mut Conn, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
     let calls = batch.chunks(CHUNK).map(|chunk| {
         let mut conn = conn.clone();
         async move {

@@ -75,7 +75,7 @@ impl SegmentedStock {
     /// tool, not a per-request check.
     pub async fn audit(&self) -> Result<Audit, LockError> {
         let segments = try_join_all(self.keys.iter().enumerate().map(|(i, k)| {
-            let mut conn = self.client.inner.conn();
+            let mut conn = self.shared.conn();
             async move {
                 let figures: Vec<i64> = scripts::STOCK_AUDIT
                     .key(&k.stock)

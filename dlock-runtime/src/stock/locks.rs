@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use crate::client::LockClient;
 use crate::error::LockError;
+use crate::lock::Lock;
 use crate::names::{cluster_slot, escape};
+use crate::shared::Shared;
 
 use super::keys::{spread, Routing};
 use super::view::{Drained, DrainedView};
@@ -48,7 +50,7 @@ use super::{check_name_and_segments, DEFAULT_DRAINED_FOR};
 /// transaction as the deduction.
 #[derive(Clone)]
 pub struct SegmentLocks {
-    client: LockClient,
+    shared: Arc<Shared>,
     name: String,
     lock_names: Arc<[String]>,
     routing: Arc<Routing>,
@@ -79,7 +81,7 @@ impl SegmentLocks {
     ) -> Result<Self, LockError> {
         let name = name.into();
         check_name_and_segments(&name, segments)?;
-        let prefix = &client.inner.prefix;
+        let prefix = &client.shared.prefix;
         let lock_names = (0..segments)
             .map(|i| {
                 spread(
@@ -95,7 +97,7 @@ impl SegmentLocks {
             lock_names,
             routing: Arc::new(Routing::new(segments)),
             view: Arc::new(DrainedView::new(segments, DEFAULT_DRAINED_FOR)),
-            client: client.clone(),
+            shared: client.shared.clone(),
             name,
             ttl: None,
             wait: None,
@@ -159,7 +161,7 @@ impl SegmentLocks {
             if !all_drained && self.view.is_drained(seg) {
                 continue;
             }
-            let mut lock = self.client.lock(self.lock_names[seg as usize].clone());
+            let mut lock = Lock::new(self.shared.clone(), self.lock_names[seg as usize].clone());
             if let Some(ttl) = self.ttl {
                 lock = lock.ttl(ttl);
             }
