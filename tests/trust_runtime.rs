@@ -105,6 +105,42 @@ fn a_client_keeps_working_after_the_runtime_that_built_it_shut_down() {
     });
 }
 
+/// The same with a multi-thread building runtime: there the client's command connections are
+/// driven by that runtime (faster), and must be replaced by the client's own once it is gone.
+#[test]
+fn a_client_built_on_a_multi_thread_runtime_outlives_it() {
+    let server = RedisServer::start().expect("redis-server");
+    let url = server.url();
+    let r1 = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("multi-thread runtime");
+    let client = r1
+        .block_on(async {
+            let client = LockClient::connect(&url).await?;
+            // Used once on its own runtime, so the front connections are live when it dies.
+            client.lock("trust:runtime:warm").acquire().await?.release().await?;
+            Ok::<_, dlock::LockError>(client)
+        })
+        .expect("connect and use on the first runtime");
+    drop(r1);
+
+    let r2 = current_thread();
+    r2.block_on(async {
+        let other = LockClient::connect(&url)
+            .await
+            .expect("connect on the second runtime");
+        hold_and_probe(
+            &client,
+            &other,
+            "trust:runtime:outlived-multi",
+            Duration::from_millis(2500),
+        )
+        .await;
+    });
+}
+
 // (b) One client in a `static`, shared by several `#[tokio::test]`s: each test has its own
 // runtime, and the client is built on whichever test's runtime gets there first; that runtime
 // shuts down when its test ends, while the others are still running (or not started yet).
