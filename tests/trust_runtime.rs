@@ -120,7 +120,12 @@ fn a_client_built_on_a_multi_thread_runtime_outlives_it() {
         .block_on(async {
             let client = LockClient::connect(&url).await?;
             // Used once on its own runtime, so the front connections are live when it dies.
-            client.lock("trust:runtime:warm").acquire().await?.release().await?;
+            client
+                .lock("trust:runtime:warm")
+                .acquire()
+                .await?
+                .release()
+                .await?;
             Ok::<_, dlock::LockError>(client)
         })
         .expect("connect and use on the first runtime");

@@ -8,7 +8,6 @@ use std::time::Duration;
 use crate::error::LockError;
 use crate::hold::Hold;
 use crate::scope;
-use crate::scripts;
 use crate::shared::Shared;
 
 /// One hold of a lock. Release it with [`LockGuard::release`] to see errors and to know the
@@ -251,18 +250,9 @@ async fn release_script(
     let first_send = tokio::time::Instant::now();
     loop {
         let mut conn = inner.conn();
-        let reply: redis::RedisResult<i64> = scripts::RELEASE
-            .key(&hold.keys.key)
-            .key(&hold.keys.channel)
-            .key(&latch)
-            .arg(&hold.owner)
-            // A hard lease ends when it ends: a partial release must not stretch it.
-            .arg(if hold.hard {
-                0
-            } else {
-                hold.lease.as_millis() as u64
-            })
-            .arg(inner.latch_ttl.as_millis() as u64)
+        let reply: redis::RedisResult<i64> = hold
+            .kind
+            .release(hold, &latch, inner.latch_ttl)
             .invoke_async(&mut conn)
             .await;
         match reply {

@@ -8,7 +8,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::gate::GatePass;
+use crate::kind::LockKind;
 use crate::names::LockKeys;
+use crate::shared::Shared;
 
 pub(crate) struct Hold {
     /// Identifies the hold inside the watchdog.
@@ -17,6 +19,8 @@ pub(crate) struct Hold {
     pub(crate) name: String,
     pub(crate) keys: LockKeys,
     pub(crate) owner: String,
+    /// What this hold sends to Redis (its scripts, arguments and replies).
+    pub(crate) kind: &'static dyn LockKind,
     /// The lease set on every acquire, renewal and partial release.
     pub(crate) lease: Duration,
     /// A hard lease (no watchdog): its validity is never extended, by re-entry or anything.
@@ -36,21 +40,22 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
+    /// A new hold of `name` for a new owner of this client (not yet acquired).
     pub(crate) fn new(
-        id: u64,
-        client_id: String,
+        shared: &Shared,
         name: String,
         keys: LockKeys,
-        owner: String,
         lease: Duration,
         hard: bool,
+        kind: &'static dyn LockKind,
     ) -> Self {
         Hold {
-            id,
-            client_id,
+            id: shared.next_seq(),
+            client_id: shared.client_id.clone(),
+            owner: shared.unique_id(),
             name,
             keys,
-            owner,
+            kind,
             lease,
             hard,
             valid_until: Mutex::new(None),

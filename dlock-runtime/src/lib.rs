@@ -99,6 +99,7 @@ mod error;
 mod gate;
 mod guard;
 mod hold;
+mod kind;
 mod lock;
 mod names;
 mod orphan;

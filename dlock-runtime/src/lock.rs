@@ -9,10 +9,10 @@ use tokio::time::Instant;
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::hold::Hold;
+use crate::kind::{Attempt, LockKind, PLAIN};
 use crate::names::LockKeys;
 use crate::orphan::{Orphan, Registration};
 use crate::scope;
-use crate::scripts;
 use crate::shared::Shared;
 
 /// A handle on the lock called `name`; made by [`LockClient::lock`]. Cheap to clone; holds no
@@ -36,11 +36,6 @@ pub struct Lock {
     ttl: Option<Duration>,
     lease: Option<Duration>,
     wait: Option<Duration>,
-}
-
-enum Attempt {
-    Acquired { count: i64, token: i64 },
-    Held { pttl: i64 },
 }
 
 impl Lock {
@@ -146,9 +141,8 @@ impl Lock {
     pub async fn force_unlock(&self) -> Result<bool, LockError> {
         self.validate()?;
         let mut conn = self.shared.conn();
-        let deleted: i64 = scripts::FORCE_UNLOCK
-            .key(&self.keys.key)
-            .key(&self.keys.channel)
+        let deleted: i64 = PLAIN
+            .force_unlock(&self.keys)
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.redis_error("force_unlock", e))?;
@@ -196,13 +190,12 @@ impl Lock {
         let hard = self.lease.is_some();
         let new_hold = || {
             let hold = Arc::new(Hold::new(
-                inner.next_seq(),
-                inner.client_id.clone(),
+                inner,
                 self.name.clone(),
                 self.keys.clone(),
-                inner.unique_id(),
                 lease,
                 hard,
+                &PLAIN,
             ));
             // Registered before the first request goes out; removed again on any failure or
             // cancellation by the registration's Drop.
@@ -353,37 +346,22 @@ impl Lock {
     /// lost, the `Orphan` undoes what the server may have done, on the same connection so it
     /// runs after the acquire.
     async fn attempt(&self, hold: &Hold, reentry: Option<&str>) -> Result<Attempt, LockError> {
-        let inner = &self.shared;
-        let mut conn = inner.conn();
-        let marker = reentry.map_or_else(
-            || format!("{}reentry", self.keys.latch_prefix),
-            str::to_owned,
-        );
+        let mut conn = self.shared.conn();
         let orphan = Orphan::new(&self.shared, conn.clone(), hold, reentry.map(str::to_owned));
-        let reply: redis::RedisResult<(i64, i64)> = scripts::ACQUIRE
-            .key(&self.keys.key)
-            .key(&self.keys.fence)
-            .key(&marker)
-            .arg(hold.lease.as_millis() as u64)
-            .arg(&hold.owner)
-            .arg(inner.latch_ttl.as_millis() as u64)
-            .arg(if reentry.is_some() { "1" } else { "0" })
-            .arg(fence_lifetime(hold.lease).as_millis() as u64)
-            .arg(if hold.hard { "1" } else { "0" })
+        let reply: redis::RedisResult<(i64, i64)> = hold
+            .kind
+            .acquire(hold, reentry, self.shared.latch_ttl)
             .invoke_async(&mut conn)
             .await;
         match reply {
-            Ok((count, x)) => {
+            Ok(reply) => {
                 orphan.disarm();
-                Ok(if count > 0 {
-                    Attempt::Acquired { count, token: x }
-                } else {
-                    Attempt::Held { pttl: x }
-                })
+                Ok(hold.kind.decode_acquire(reply))
             }
             Err(e) => {
-                // A server error means the script did not change anything. A timeout or a
-                // dropped connection is ambiguous: the Orphan (still armed) cleans up.
+                // A server error means the script did not change anything (scripts check
+                // before they write). A timeout or a dropped connection is ambiguous: the
+                // Orphan (still armed) cleans up.
                 if matches!(e.kind(), redis::ErrorKind::Server(_)) {
                     orphan.disarm();
                 }
@@ -404,12 +382,6 @@ fn far_instant(start: Instant, wait: Duration) -> Instant {
     start
         .checked_add(wait)
         .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600))
-}
-
-/// How long a fencing counter lives. Tokens stay monotonic after it expires (acquire.lua
-/// never hands out less than the server's clock in µs), so this only bounds memory per name.
-fn fence_lifetime(lease: Duration) -> Duration {
-    (lease * 2).max(Duration::from_secs(24 * 3600))
 }
 
 /// One local hold count taken for a re-entry in flight; given back on drop unless kept.

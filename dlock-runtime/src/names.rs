@@ -57,9 +57,15 @@ pub(crate) struct LockKeys {
     pub(crate) latch_prefix: String,
 }
 
+/// `<prefix>{<name, percent-escaped>}`: the one way a name becomes a Redis key whose hash tag
+/// is exactly that name. Every key of a lock or of a stock segment is this plus a suffix.
+pub(crate) fn hash_tagged(prefix: &str, name: &str) -> String {
+    format!("{prefix}{{{}}}", escape(name, &['%', '{', '}']))
+}
+
 impl LockKeys {
     pub(crate) fn new(prefix: &str, name: &str) -> Self {
-        let key = format!("{prefix}{{{}}}", escape(name, &['%', '{', '}']));
+        let key = hash_tagged(prefix, name);
         LockKeys {
             channel: format!("{key}:chan"),
             fence: format!("{key}:fence"),

@@ -6,22 +6,18 @@ use tokio::time::Instant;
 
 use crate::conn::Conn;
 use crate::hold::Hold;
-use crate::scripts;
+use crate::scripts::Call;
 use crate::shared::Shared;
 
 /// Armed while an acquire request may be on the wire. Dropped armed (the caller's future was
 /// dropped, or the reply was lost), it undoes whatever the server may have granted: the owner
-/// id is known before sending, so "release if I am the owner" is always safe to send.
+/// id is known before sending, so "release if I am the owner" is always safe to send. The undo
+/// is built up front, so Drop only has to send it.
 pub(crate) struct Orphan {
     shared: Arc<Shared>,
     conn: Conn,
     key: String,
-    channel: String,
-    latch_prefix: String,
-    owner: String,
-    lease_ms: u64,
-    reentry_marker: Option<String>,
-    armed: bool,
+    undo: Option<Call<'static>>,
 }
 
 impl Orphan {
@@ -31,63 +27,38 @@ impl Orphan {
         hold: &Hold,
         reentry_marker: Option<String>,
     ) -> Self {
+        let undo = match reentry_marker {
+            Some(marker) => hold.kind.undo_reentry(hold, &marker),
+            None => {
+                let latch = format!("{}{}", hold.keys.latch_prefix, shared.unique_id());
+                hold.kind.release(hold, &latch, shared.latch_ttl)
+            }
+        };
         Orphan {
             shared: shared.clone(),
             conn,
             key: hold.keys.key.clone(),
-            channel: hold.keys.channel.clone(),
-            latch_prefix: hold.keys.latch_prefix.clone(),
-            owner: hold.owner.clone(),
-            lease_ms: hold.lease.as_millis() as u64,
-            reentry_marker,
-            armed: true,
+            undo: Some(undo),
         }
     }
 
     pub(crate) fn disarm(mut self) {
-        self.armed = false;
+        self.undo = None;
     }
 }
 
 impl Drop for Orphan {
     fn drop(&mut self) {
-        if !self.armed {
+        let Some(undo) = self.undo.take() else {
             return;
-        }
+        };
         // Same connection as the acquire: Redis runs it after the acquire, if that was sent.
         let mut conn = self.conn.clone();
         let key = std::mem::take(&mut self.key);
-        let owner = std::mem::take(&mut self.owner);
-        let marker = self.reentry_marker.take();
-        let channel = std::mem::take(&mut self.channel);
-        let latch = format!("{}{}", self.latch_prefix, self.shared.unique_id());
-        let (lease_ms, latch_ms) = (self.lease_ms, self.shared.latch_ttl.as_millis() as u64);
         // On the client's thread, so a future dropped anywhere (a plain thread, a runtime
         // shutting down) is still cleaned up.
         self.shared.bg.spawn(async move {
-            let result: redis::RedisResult<i64> = match marker {
-                Some(marker) => {
-                    scripts::UNDO_REENTRY
-                        .key(&key)
-                        .key(&marker)
-                        .key(&channel)
-                        .arg(&owner)
-                        .invoke_async(&mut conn)
-                        .await
-                }
-                None => {
-                    scripts::RELEASE
-                        .key(&key)
-                        .key(&channel)
-                        .key(&latch)
-                        .arg(&owner)
-                        .arg(lease_ms)
-                        .arg(latch_ms)
-                        .invoke_async(&mut conn)
-                        .await
-                }
-            };
-            match result {
+            match undo.invoke_async::<i64>(&mut conn).await {
                 Ok(r) => tracing::debug!(%key, result = r, "dlock: cleaned up after a cancelled acquire"),
                 Err(e) => tracing::warn!(%key, error = %e, "dlock: clean-up of a cancelled acquire failed; a possible hold expires with its TTL"),
             }

@@ -4,8 +4,9 @@
 //! never saw the script) it re-sends the call as EVAL with the script's text, which also puts the
 //! script back in the server's cache. redis-rs's own `Script::invoke_async` instead does SCRIPT
 //! LOAD then EVALSHA again, and a flush landing between those two fails the call: for a release
-//! that would leave the lock held by nobody until its TTL (found by tests/lock_faults.rs). One file per lock kind keeps the door
-//! open for fair and read-write locks, which bring their own scripts.
+//! that would leave the lock held by nobody until its TTL (found by tests/lock_faults.rs).
+//! Scripts live in `scripts/lock/` (one set per lock kind, called through `kind::LockKind`)
+//! and `scripts/stock/`.
 
 use std::sync::LazyLock;
 
@@ -92,24 +93,24 @@ impl Call<'_> {
 }
 
 pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
+    LazyLock::new(|| Script::new(include_str!("scripts/lock/acquire.lua")));
 pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+    LazyLock::new(|| Script::new(include_str!("scripts/lock/release.lua")));
 pub(crate) static UNDO_REENTRY: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/undo_reentry.lua")));
+    LazyLock::new(|| Script::new(include_str!("scripts/lock/undo_reentry.lua")));
 pub(crate) static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
+    LazyLock::new(|| Script::new(include_str!("scripts/lock/renew.lua")));
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/force_unlock.lua")));
+    LazyLock::new(|| Script::new(include_str!("scripts/lock/force_unlock.lua")));
 
 // Segmented stock (stock.rs): one script per step, each touching the keys of one segment only.
 pub(crate) static STOCK_META: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/stock_meta.lua")));
+    LazyLock::new(|| Script::new(include_str!("scripts/stock/meta.lua")));
 pub(crate) static STOCK_INIT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/stock_init.lua")));
+    LazyLock::new(|| Script::new(include_str!("scripts/stock/init.lua")));
 pub(crate) static STOCK_TAKE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/stock_take.lua")));
+    LazyLock::new(|| Script::new(include_str!("scripts/stock/take.lua")));
 pub(crate) static STOCK_GIVE_BACK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/stock_give_back.lua")));
+    LazyLock::new(|| Script::new(include_str!("scripts/stock/give_back.lua")));
 pub(crate) static STOCK_AUDIT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/stock_audit.lua")));
+    LazyLock::new(|| Script::new(include_str!("scripts/stock/audit.lua")));

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::conn::{Conn, Pool};
 use crate::hold::Hold;
-use crate::scripts;
+use crate::kind::LockKind;
 
 /// Keys per renew script call: bounds how long one call keeps Redis busy.
 const CHUNK: usize = 500;
@@ -187,23 +187,20 @@ fn due_now(s: &Shared, now: Instant) -> (Vec<Arc<Hold>>, Option<Instant>) {
         };
         return (Vec::new(), next);
     }
-    let batch = active()
+    let mut batch: Vec<Arc<Hold>> = active()
         .filter(|e| e.due <= now + e.hold.lease / 12)
         .map(|e| e.hold.clone())
         .collect();
+    batch.sort_by_key(|h| h.kind as *const dyn LockKind as *const () as usize);
     (batch, None)
 }
 async fn renew(conn: &mut Conn, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
-    let calls = batch.chunks(CHUNK).map(|chunk| {
+    let calls = chunks(batch).into_iter().map(|chunk| {
         let mut conn = conn.clone();
         async move {
-            let mut inv = scripts::RENEW.prepare_invoke();
-            for h in chunk {
-                inv.key(&h.keys.key)
-                    .arg(&h.owner)
-                    .arg(h.lease.as_millis() as u64);
-            }
-            let r: redis::RedisResult<Vec<i64>> = inv.invoke_async(&mut conn).await;
+            // Chunks hold one kind only (see `chunks`).
+            let r: redis::RedisResult<Vec<i64>> =
+                chunk[0].kind.renew(chunk).invoke_async(&mut conn).await;
             match r {
                 Ok(v) => v.into_iter().map(|x| Some(x == 1)).collect(),
                 Err(e) => {
@@ -218,6 +215,19 @@ async fn renew(conn: &mut Conn, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
         .into_iter()
         .flatten()
         .collect()
+}
+
+/// The batch cut into renew calls: runs of one kind, at most [`CHUNK`] keys each. The batch
+/// is sorted by kind first (`due_now`), so each kind costs as few calls as its count allows.
+fn chunks(batch: &[Arc<Hold>]) -> Vec<&[Arc<Hold>]> {
+    batch
+        .chunk_by(|a, b| same_kind(a, b))
+        .flat_map(|run| run.chunks(CHUNK))
+        .collect()
+}
+
+fn same_kind(a: &Hold, b: &Hold) -> bool {
+    std::ptr::addr_eq(a.kind as *const dyn LockKind, b.kind as *const dyn LockKind)
 }
 
 fn apply(s: &Shared, batch: &[Arc<Hold>], results: Vec<Option<bool>>, sent_at: Instant, url: &str) {

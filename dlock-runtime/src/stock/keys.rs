@@ -1,7 +1,7 @@
 //! Where segments live (keys whose hash tags land in distinct cluster slots) and which order an
 //! order id visits them in.
 
-use crate::names::{cluster_slot, escape};
+use crate::names::{cluster_slot, hash_tagged};
 
 /// Redis Cluster has 16384 slots.
 const SLOTS: u32 = 16384;
@@ -12,22 +12,24 @@ const SLOTS: u32 = 16384;
 pub(crate) struct SegmentKeys {
     /// Hash `{left, initial}`.
     pub(crate) stock: String,
-    /// Hash order id -> record (see stock_take.lua).
+    /// Hash order id -> record (see scripts/stock/take.lua).
     pub(crate) records: String,
 }
 
 /// `<prefix>stock:{<name>#<i>}` for each segment; the metadata key is `<prefix>stock:{<name>}:meta`.
 pub(crate) fn segment_keys(prefix: &str, name: &str, segments: u32) -> Vec<SegmentKeys> {
-    let name = escape(name, &['%', '{', '}']);
+    let prefix = format!("{prefix}stock:");
     (0..segments)
         .map(|i| {
+            // The suffix has no character that needs escaping, so the tag is the escaped
+            // name followed by the suffix, as before.
             let tag = spread(
                 i,
                 segments,
                 |suffix| format!("{name}#{i}{suffix}"),
-                |tag| cluster_slot(&format!("{{{tag}}}")),
+                |tag| cluster_slot(&hash_tagged("", tag)),
             );
-            let stock = format!("{prefix}stock:{{{tag}}}");
+            let stock = hash_tagged(&prefix, &tag);
             SegmentKeys {
                 records: format!("{stock}:orders"),
                 stock,
@@ -37,7 +39,7 @@ pub(crate) fn segment_keys(prefix: &str, name: &str, segments: u32) -> Vec<Segme
 }
 
 pub(crate) fn meta_key(prefix: &str, name: &str) -> String {
-    format!("{prefix}stock:{{{}}}:meta", escape(name, &['%', '{', '}']))
+    format!("{}:meta", hash_tagged(&format!("{prefix}stock:"), name))
 }
 
 /// Picks the candidate `make("")`, `make(".1")`, `make(".2")`, ... whose slot falls in the

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::client::LockClient;
 use crate::error::LockError;
 use crate::lock::Lock;
-use crate::names::{cluster_slot, escape};
+use crate::names::{cluster_slot, hash_tagged};
 use crate::shared::Shared;
 
 use super::keys::{spread, Routing};
@@ -89,7 +89,7 @@ impl SegmentLocks {
                     segments,
                     |suffix| format!("{name}#{i}{suffix}"),
                     // The slot of the lock's key, `<prefix>{<escaped name>}`.
-                    |lock| cluster_slot(&format!("{prefix}{{{}}}", escape(lock, &['%', '{', '}']))),
+                    |lock| cluster_slot(&hash_tagged(prefix, lock)),
                 )
             })
             .collect();

@@ -59,7 +59,7 @@ pub struct Part {
     pub units: u64,
 }
 
-/// An order's record in one segment, as stock_take.lua writes it.
+/// An order's record in one segment, as scripts/stock/take.lua writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Record {
     /// `w0`: walked past, holds nothing here.

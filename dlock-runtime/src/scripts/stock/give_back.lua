@@ -6,7 +6,7 @@
 -- changed); -1 the segment is not initialised. `left` is the level after the script.
 -- A segment with no record of the order gets a closing record too (`r0`): a take of this order
 -- that is late, or still walking, must find the order closed wherever it lands, and a take
--- never deducts where the order has a closing record (stock_take.lua).
+-- never deducts where the order has a closing record (scripts/stock/take.lua).
 -- Every read and check comes before the first write: Redis does not roll back a script that
 -- fails halfway.
 local left = redis.call('HGET', KEYS[1], 'left')

@@ -1,0 +1,92 @@
+//! The plain reentrant lock: a hash owner -> hold count, its PTTL the lease.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Attempt, LockKind};
+use crate::hold::Hold;
+use crate::names::LockKeys;
+use crate::scripts::{self, Call};
+
+/// The one instance: a kind carries no state, its keys are in the hold.
+pub(crate) static PLAIN: Plain = Plain;
+
+pub(crate) struct Plain;
+
+impl LockKind for Plain {
+    fn acquire(&self, hold: &Hold, reentry: Option<&str>, latch_ttl: Duration) -> Call<'static> {
+        let marker = reentry.map_or_else(
+            || format!("{}reentry", hold.keys.latch_prefix),
+            str::to_owned,
+        );
+        let mut call = scripts::ACQUIRE.key(&hold.keys.key);
+        call.key(&hold.keys.fence)
+            .key(marker)
+            .arg(millis(hold.lease))
+            .arg(&hold.owner)
+            .arg(millis(latch_ttl))
+            .arg(flag(reentry.is_some()))
+            .arg(millis(fence_lifetime(hold.lease)))
+            // A hard lease ends where the first acquire set it: re-entry leaves it alone.
+            .arg(flag(hold.hard));
+        call
+    }
+
+    fn decode_acquire(&self, (count, x): (i64, i64)) -> Attempt {
+        if count > 0 {
+            Attempt::Acquired { count, token: x }
+        } else {
+            Attempt::Held { pttl: x }
+        }
+    }
+
+    fn release(&self, hold: &Hold, latch: &str, latch_ttl: Duration) -> Call<'static> {
+        let mut call = scripts::RELEASE.key(&hold.keys.key);
+        call.key(&hold.keys.channel)
+            .key(latch)
+            .arg(&hold.owner)
+            // A hard lease ends when it ends: a partial release must not stretch it.
+            .arg(if hold.hard { 0 } else { millis(hold.lease) })
+            .arg(millis(latch_ttl));
+        call
+    }
+
+    fn undo_reentry(&self, hold: &Hold, marker: &str) -> Call<'static> {
+        let mut call = scripts::UNDO_REENTRY.key(&hold.keys.key);
+        call.key(marker).key(&hold.keys.channel).arg(&hold.owner);
+        call
+    }
+
+    fn renew(&self, holds: &[Arc<Hold>]) -> Call<'static> {
+        let mut call = scripts::RENEW.prepare_invoke();
+        for h in holds {
+            call.key(&h.keys.key).arg(&h.owner).arg(millis(h.lease));
+        }
+        call
+    }
+
+    fn force_unlock(&self, keys: &LockKeys) -> Call<'static> {
+        let mut call = scripts::FORCE_UNLOCK.key(&keys.key);
+        call.key(&keys.channel);
+        call
+    }
+}
+
+/// A duration as the whole milliseconds Redis takes (leases are validated to fit).
+fn millis(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+fn flag(on: bool) -> &'static str {
+    if on {
+        "1"
+    } else {
+        "0"
+    }
+}
+
+/// How long a fencing counter lives. Tokens stay monotonic after it expires (acquire.lua
+/// never hands out less than the server's clock in µs), so this only bounds memory per name.
+fn fence_lifetime(lease: Duration) -> Duration {
+    (lease * 2).max(Duration::from_secs(24 * 3600))
+}
