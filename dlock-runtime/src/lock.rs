@@ -15,7 +15,7 @@ use crate::orphan::{Orphan, Registration};
 use crate::scope;
 use crate::shared::Shared;
 
-/// A handle on the lock called `name`; made by [`LockClient::lock`]. Cheap to clone; holds no
+/// A handle on the lock called `name`; made by [`LockClient::lock`](crate::LockClient::lock). Cheap to clone; holds no
 /// lock by itself.
 ///
 /// ```no_run
