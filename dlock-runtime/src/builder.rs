@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::client::LockClient;
+use crate::conn::redact;
 use crate::error::LockError;
 use crate::shared::Shared;
 
@@ -21,7 +22,17 @@ pub(crate) const MAX_LEASE: Duration = Duration::from_secs(100 * 365 * 24 * 3600
 /// hide a dead connection (timeouts) or keep one key per release for no purpose (the latch).
 const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
-/// Builds a [`LockClient`]; start with [`LockClient::builder`].
+/// Which deployment a client talks to.
+#[derive(Clone)]
+pub(crate) enum Target {
+    /// One server: a `redis://` or `rediss://` URL.
+    Single(String),
+    /// A Redis Cluster, found through these seed node URLs.
+    Cluster(Vec<String>),
+}
+
+/// Builds a [`LockClient`]; start with [`LockClient::builder`] (one server) or
+/// [`LockClient::cluster_builder`] (a Redis Cluster).
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), dlock_runtime::LockError> {
@@ -34,10 +45,10 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 ///     .await?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[must_use]
 pub struct LockClientBuilder {
-    pub(crate) url: String,
+    pub(crate) target: Target,
     pub(crate) connections: usize,
     pub(crate) default_ttl: Duration,
     pub(crate) default_wait: Duration,
@@ -48,9 +59,9 @@ pub struct LockClientBuilder {
 }
 
 impl LockClientBuilder {
-    pub(crate) fn new(url: String) -> Self {
+    pub(crate) fn new(target: Target) -> Self {
         LockClientBuilder {
-            url,
+            target,
             connections: 1,
             default_ttl: DEFAULT_TTL,
             default_wait: DEFAULT_WAIT,
@@ -114,6 +125,11 @@ impl LockClientBuilder {
     /// Checks the settings, connects, and starts the watchdog and the waiter subscriber.
     pub async fn build(self) -> Result<LockClient, LockError> {
         let bad = |reason: String| Err(LockError::invalid("", reason));
+        if let Target::Cluster(nodes) = &self.target {
+            if nodes.is_empty() {
+                return bad("a cluster client needs at least one seed node URL".into());
+            }
+        }
         if self.connections == 0 {
             return bad("connections must be at least 1".into());
         }
@@ -142,5 +158,29 @@ impl LockClientBuilder {
         Shared::connect(self)
             .await
             .map(|shared| LockClient { shared })
+    }
+}
+
+impl std::fmt::Debug for LockClientBuilder {
+    // By hand: the URLs may carry passwords, which must never reach a log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let target = match &self.target {
+            Target::Single(url) => redact(url),
+            Target::Cluster(nodes) => nodes
+                .iter()
+                .map(|u| redact(u))
+                .collect::<Vec<_>>()
+                .join(","),
+        };
+        f.debug_struct("LockClientBuilder")
+            .field("target", &target)
+            .field("connections", &self.connections)
+            .field("default_ttl", &self.default_ttl)
+            .field("default_wait", &self.default_wait)
+            .field("prefix", &self.prefix)
+            .field("response_timeout", &self.response_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("release_latch", &self.latch_ttl)
+            .finish()
     }
 }

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, RwLock};
 
-use crate::builder::LockClientBuilder;
+use crate::builder::{LockClientBuilder, Target};
 use crate::error::LockError;
 use crate::lock::Lock;
 use crate::shared::Shared;
@@ -26,9 +26,31 @@ impl LockClient {
         Self::builder(url).build().await
     }
 
-    /// Starts a builder for the client's settings.
+    /// Starts a builder for a client of one Redis server (`redis://host:port/db`,
+    /// `redis://user:password@host:port`; `rediss://` for TLS).
     pub fn builder(url: impl Into<String>) -> LockClientBuilder {
-        LockClientBuilder::new(url.into())
+        LockClientBuilder::new(Target::Single(url.into()))
+    }
+
+    /// Starts a builder for a client of a Redis Cluster, found through `nodes` (seed node URLs,
+    /// `redis://host:port`; any reachable master or replica will do, the rest is discovered).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), dlock_runtime::LockError> {
+    /// let client = dlock_runtime::LockClient::cluster_builder([
+    ///     "redis://10.0.0.1:6379",
+    ///     "redis://10.0.0.2:6379",
+    /// ])
+    /// .build()
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster_builder<I, S>(nodes: I) -> LockClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        LockClientBuilder::new(Target::Cluster(nodes.into_iter().map(Into::into).collect()))
     }
 
     /// A handle on the lock called `name`. Nothing is sent to Redis until you acquire it.

@@ -1,18 +1,23 @@
 //! The topology seam: one connection type for every deployment dlock talks to.
 //!
 //! Commands, the watchdog, orphan clean-up and the stock helpers send through [`Conn`]; the
-//! waiters' subscriber gets its `redis::Client` from [`Topology`]. Nothing above this module
-//! knows whether it talks to one server, a cluster or a sentinel-managed primary.
+//! waiters' subscriber gets its `redis::Client`s from [`Topology`]. Nothing above this module
+//! knows whether it talks to one server or a cluster, except where the watchdog asks which
+//! node serves which key (`Conn::node_groups`), to renew in one call per node.
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, Pipeline, RedisFuture, Value};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
 use crate::background::Background;
-use crate::builder::LockClientBuilder;
+use crate::builder::{LockClientBuilder, Target};
 use crate::error::LockError;
+use crate::slots::{NodeAddr, SlotMap};
 
 /// Where the client's Redis is, as the builder described it.
 pub(crate) enum Topology {
@@ -22,30 +27,71 @@ pub(crate) enum Topology {
         /// For errors and logs: the URL with the password removed.
         url: String,
     },
+    /// A Redis Cluster.
+    Cluster {
+        client: Box<ClusterClient>,
+        /// One client per seed node: the subscriber connects to one of them (classic PUBLISH
+        /// reaches every node of a cluster) and moves to the next when it loses its node.
+        seeds: Vec<redis::Client>,
+        /// The seed URLs, passwords removed, comma-separated.
+        url: String,
+    },
 }
 
 impl Topology {
     pub(crate) fn from_builder(b: &LockClientBuilder) -> Result<Self, LockError> {
-        let url = redact(&b.url);
-        let client = redis::Client::open(b.url.as_str()).map_err(|source| LockError::Connect {
-            url: url.clone(),
-            source,
-        })?;
-        Ok(Topology::Single { client, url })
+        match &b.target {
+            Target::Single(raw) => {
+                let url = redact(raw);
+                let client =
+                    redis::Client::open(raw.as_str()).map_err(|source| LockError::Connect {
+                        url: url.clone(),
+                        source,
+                    })?;
+                Ok(Topology::Single { client, url })
+            }
+            Target::Cluster(nodes) => {
+                let url = nodes
+                    .iter()
+                    .map(|u| redact(u))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                let connect_err = |source| LockError::Connect {
+                    url: url.clone(),
+                    source,
+                };
+                let seeds = nodes
+                    .iter()
+                    .map(|u| redis::Client::open(u.as_str()))
+                    .collect::<redis::RedisResult<Vec<_>>>()
+                    .map_err(connect_err)?;
+                let client = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                    .response_timeout(b.response_timeout)
+                    .connection_timeout(b.connect_timeout)
+                    .build()
+                    .map_err(connect_err)?;
+                Ok(Topology::Cluster {
+                    client: Box::new(client),
+                    seeds,
+                    url,
+                })
+            }
+        }
     }
 
     /// The deployment's address for messages, passwords removed.
     pub(crate) fn display_url(&self) -> String {
         match self {
-            Topology::Single { url, .. } => url.clone(),
+            Topology::Single { url, .. } | Topology::Cluster { url, .. } => url.clone(),
         }
     }
 
     /// Opens the command connections. On a multi-thread runtime (a service's `#[tokio::main]`)
-    /// they are driven by that runtime, which saves two thread wake-ups per command; a
-    /// second set, made on the client's own thread, connects only if that runtime shuts down
-    /// while the client lives on. On any other runtime (a `#[tokio::test]`, which a `static`
-    /// client may outlive) they are driven by the client's own thread from the start.
+    /// one server's connections are driven by that runtime, which saves two thread wake-ups
+    /// per command; a second set, made on the client's own thread, connects only if that
+    /// runtime shuts down while the client lives on. Elsewhere (a `#[tokio::test]`, which a
+    /// `static` client may outlive), and for a cluster, they are driven by the client's own
+    /// thread from the start.
     pub(crate) async fn open_pool(
         &self,
         bg: &Background,
@@ -53,23 +99,34 @@ impl Topology {
         response_timeout: Duration,
         connect_timeout: Duration,
     ) -> redis::RedisResult<Pool> {
+        let client = match self {
+            Topology::Single { client, .. } => client.clone(),
+            Topology::Cluster { client, .. } => {
+                // One cluster connection already multiplexes over every node.
+                let client = (**client).clone();
+                let conn = bg
+                    .run(async move { client.get_async_connection().await })
+                    .await??;
+                let conn = Conn::Cluster(conn, Arc::new(SlotMap::default()));
+                return Ok(Pool::new(vec![conn], None));
+            }
+        };
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(response_timeout))
             .set_connection_timeout(Some(connect_timeout))
             .set_number_of_retries(2);
         let here = tokio::runtime::Handle::current();
         if here.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
-            let (client, config) = (self.client(), config);
             let conns = bg.run(open_managers(client, config, n)).await??;
             return Ok(Pool::new(conns, None));
         }
-        let front = open_managers(self.client(), config.clone(), n).await?;
+        let front = open_managers(client.clone(), config.clone(), n).await?;
         // Lazy: no socket until the caller's runtime is gone and they are first used. Made
         // inside the client's runtime so redis-rs drives and reconnects them there.
         let _inside = bg.handle().enter();
         let back = (0..n)
             .map(|_| {
-                ConnectionManager::new_lazy_with_config(self.client(), config.clone())
+                ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
                     .map(Conn::Single)
             })
             .collect::<redis::RedisResult<Vec<_>>>()?;
@@ -78,16 +135,11 @@ impl Topology {
         Ok(Pool::new(back, Some((front, alive))))
     }
 
-    fn client(&self) -> redis::Client {
+    /// The clients the waiters' subscriber connects with, tried in turn.
+    pub(crate) fn pubsub_clients(&self) -> Vec<redis::Client> {
         match self {
-            Topology::Single { client, .. } => client.clone(),
-        }
-    }
-
-    /// The client the waiters' subscriber connects with.
-    pub(crate) fn pubsub_client(&self) -> redis::Client {
-        match self {
-            Topology::Single { client, .. } => client.clone(),
+            Topology::Single { client, .. } => vec![client.clone()],
+            Topology::Cluster { seeds, .. } => seeds.clone(),
         }
     }
 }
@@ -140,8 +192,9 @@ impl Pool {
         }
     }
 
-    /// A command connection. Clones share the underlying socket, so a command sent on a clone
-    /// is ordered after everything sent earlier on it (used by orphan clean-up).
+    /// A command connection. Clones share the underlying socket(s), so a command sent on a
+    /// clone is ordered after everything sent earlier on it to the same node (orphan clean-up
+    /// relies on that; see `Conn`).
     pub(crate) fn get(&self) -> Conn {
         let conns = match &self.front {
             Some((front, alive)) if alive.load(Ordering::Acquire) => front,
@@ -152,18 +205,58 @@ impl Pool {
     }
 }
 
-/// A command connection to the deployment: multiplexed, reconnecting, cheap to clone. Clones
-/// share the socket(s), so a command sent on a clone is ordered after everything sent earlier
-/// on it to the same server (orphan clean-up relies on that).
+/// A command connection to the deployment: multiplexed, reconnecting, cheap to clone.
+///
+/// On a cluster, requests for one key go to the node serving its slot over one socket, so an
+/// orphan's undo still runs after its acquire. The exception is a redirect (MOVED/ASK during a
+/// failover or resharding): redis-rs retries the redirected request on the new node, and an
+/// undo sent meanwhile can get there first and find nothing to undo. The hold it meant to undo
+/// then expires with its lease (it is never renewed: it was never activated).
 #[derive(Clone)]
 pub(crate) enum Conn {
     Single(ConnectionManager),
+    Cluster(ClusterConnection, Arc<SlotMap>),
+}
+
+impl Conn {
+    /// Groups `keys` (by index) by the node that serves them, so the watchdog can renew them
+    /// in one call per node. `None` as the node: send the group the usual way (one server, or
+    /// a cluster whose slot map is unknown right now, where each group is one slot).
+    pub(crate) async fn node_groups(
+        &mut self,
+        keys: &[&str],
+    ) -> Vec<(Option<NodeAddr>, Vec<usize>)> {
+        match self {
+            Conn::Single(_) => vec![(None, (0..keys.len()).collect())],
+            Conn::Cluster(conn, slots) => slots.group(conn, keys).await,
+        }
+    }
+
+    /// Sends `cmd` to one node of a cluster (on one server: to the server).
+    pub(crate) async fn query_on(
+        &mut self,
+        node: &NodeAddr,
+        cmd: &Cmd,
+    ) -> redis::RedisResult<Value> {
+        match self {
+            Conn::Single(c) => cmd.query_async(c).await,
+            Conn::Cluster(c, _) => c.route_command(cmd.clone(), node.routing()).await,
+        }
+    }
+
+    /// Forgets the cluster's slot map (a grouped call failed: slots moved).
+    pub(crate) fn slots_changed(&self) {
+        if let Conn::Cluster(_, slots) = self {
+            slots.invalidate();
+        }
+    }
 }
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c, _) => c.req_packed_command(cmd),
         }
     }
 
@@ -175,18 +268,20 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c, _) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c, _) => c.get_db(),
         }
     }
 }
 
 /// `redis://user:secret@host` -> `redis://user:***@host`, so URLs can go into errors and logs.
-fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return url.to_owned();
     };

@@ -42,9 +42,10 @@ pub(crate) trait LockKind: Send + Sync {
     /// Undoes a re-entry whose caller never saw the reply, if its marker says it ran.
     fn undo_reentry(&self, hold: &Hold, marker: &str) -> Call<'static>;
 
-    /// Renews many holds of this kind in one call; all their keys must be served by one node.
-    /// The reply has one entry per hold: 1 renewed, 0 no longer ours.
-    fn renew(&self, holds: &[Arc<Hold>]) -> Call<'static>;
+    /// Renews many holds of this kind in one call; all their keys must be served by one node,
+    /// and, unless `cross_slot` (a cluster node, Redis 7+), lie in one slot. The reply has one
+    /// entry per hold: 1 renewed, 0 no longer ours.
+    fn renew(&self, holds: &[Arc<Hold>], cross_slot: bool) -> Call<'static>;
 
     /// Deletes the lock whoever holds it and wakes its waiters; the reply is 1 if it was held.
     fn force_unlock(&self, keys: &LockKeys) -> Call<'static>;

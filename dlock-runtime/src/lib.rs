@@ -143,6 +143,7 @@ mod orphan;
 mod scope;
 mod scripts;
 mod shared;
+mod slots;
 mod stock;
 mod waiters;
 mod watchdog;

@@ -11,11 +11,14 @@
 use std::sync::LazyLock;
 
 use redis::aio::ConnectionLike;
+
+use crate::conn::Conn;
+use crate::slots::NodeAddr;
 use redis::{FromRedisValue, RedisResult, ToRedisArgs};
 
 /// A Lua script: its text and its SHA1, computed once.
 pub(crate) struct Script {
-    source: &'static str,
+    source: std::borrow::Cow<'static, str>,
     sha: String,
 }
 
@@ -27,10 +30,11 @@ pub(crate) struct Call<'a> {
 }
 
 impl Script {
-    fn new(source: &'static str) -> Self {
+    fn new(source: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        let source = source.into();
         Script {
+            sha: redis::Script::new(&source).get_hash().to_owned(),
             source,
-            sha: redis::Script::new(source).get_hash().to_owned(),
         }
     }
 
@@ -72,6 +76,25 @@ impl Call<'_> {
         cmd
     }
 
+    /// Like [`Call::invoke_async`], sent to one cluster node (on one server: to it).
+    pub(crate) async fn invoke_on<T: FromRedisValue>(
+        &self,
+        conn: &mut Conn,
+        node: &NodeAddr,
+    ) -> RedisResult<T> {
+        let reply = match conn
+            .query_on(node, &self.command("EVALSHA", &self.script.sha))
+            .await
+        {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                conn.query_on(node, &self.command("EVAL", &self.script.source))
+                    .await
+            }
+            other => other,
+        }?;
+        redis::from_redis_value(reply).map_err(Into::into)
+    }
+
     /// EVALSHA, and EVAL with the text when the server does not know the SHA.
     pub(crate) async fn invoke_async<T: FromRedisValue>(
         &self,
@@ -83,7 +106,7 @@ impl Call<'_> {
             .await
         {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                self.command("EVAL", self.script.source)
+                self.command("EVAL", &self.script.source)
                     .query_async(conn)
                     .await
             }
@@ -100,6 +123,16 @@ pub(crate) static UNDO_REENTRY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/lock/undo_reentry.lua")));
 pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/lock/renew.lua")));
+/// The renew script for one cluster node: Redis 7's `allow-cross-slot-keys` flag lets one call
+/// touch keys of many slots as long as this node serves them all, so a tick costs one call per
+/// node instead of one per slot. Servers before 7.0 reject the flag; the watchdog then falls
+/// back to one call per slot.
+pub(crate) static RENEW_CROSS_SLOT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(format!(
+        "#!lua flags=allow-cross-slot-keys\n{}",
+        include_str!("scripts/lock/renew.lua")
+    ))
+});
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/lock/force_unlock.lua")));
 

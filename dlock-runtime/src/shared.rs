@@ -58,7 +58,7 @@ impl Shared {
         let watchdog = Arc::new(Watchdog::start(pool.clone(), url.clone(), bg.handle()));
         let hook = Arc::downgrade(&watchdog);
         let waiters = Waiters::start(
-            topology.pubsub_client(),
+            topology.pubsub_clients(),
             WaiterSettings {
                 connect_timeout: b.connect_timeout,
                 // A SUBSCRIBE or PING is answered in well under a millisecond by a live Redis;

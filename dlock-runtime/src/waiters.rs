@@ -116,21 +116,34 @@ pub(crate) struct Subscription {
 }
 
 impl Waiters {
-    /// Opens the subscriber connection and starts its task on `rt`; fails if Redis cannot be
-    /// reached within the connect timeout.
+    /// Opens the subscriber connection (to the first of `clients` that answers) and starts
+    /// its task on `rt`; fails if none can be reached within the connect timeout. A cluster
+    /// gives one client per seed node: classic PUBLISH reaches every node, so any one will do,
+    /// and losing it moves the subscriber on to the next.
     pub(crate) async fn start(
-        client: redis::Client,
+        clients: Vec<redis::Client>,
         settings: WaiterSettings,
         rt: &tokio::runtime::Handle,
     ) -> redis::RedisResult<Self> {
         // Opened on `rt` too: redis-rs spawns the connection's driver on the runtime it is
         // opened from, and it must live as long as the client, not the caller's runtime.
-        let first = {
-            let client = client.clone();
+        let (first, next) = {
+            let clients = clients.clone();
             let timeout = settings.connect_timeout;
-            rt.spawn(async move { open(&client, timeout).await })
-                .await
-                .map_err(|e| io_error(std::io::ErrorKind::Other, &e.to_string()))??
+            rt.spawn(async move {
+                let mut last = None;
+                for (i, client) in clients.iter().enumerate() {
+                    match open(client, timeout).await {
+                        Ok(conn) => return Ok((conn, i + 1)),
+                        Err(e) => last = Some(e),
+                    }
+                }
+                Err(last.unwrap_or_else(|| {
+                    io_error(std::io::ErrorKind::NotFound, "no node to subscribe on")
+                }))
+            })
+            .await
+            .map_err(|e| io_error(std::io::ErrorKind::Other, &e.to_string()))??
         };
         let shared = Arc::new(Shared::default());
         // Connected from now on, not from when the task first runs: a waiter subscribing
@@ -140,7 +153,8 @@ impl Waiters {
         let (tx, rx) = mpsc::unbounded_channel();
         let ack_timeout = settings.ack_timeout;
         let subscriber = Subscriber {
-            client,
+            clients,
+            next,
             settings,
             shared: shared.clone(),
             rx,
@@ -285,7 +299,10 @@ impl Drop for Reader {
 
 /// The subscriber task: owns the pub/sub connection, replaces it, ends with the client.
 struct Subscriber {
-    client: redis::Client,
+    /// The nodes it may subscribe on, tried in turn (one for a single server).
+    clients: Vec<redis::Client>,
+    /// Index (mod len) of the client the next connection is opened with.
+    next: usize,
     settings: WaiterSettings,
     shared: Arc<Shared>,
     rx: mpsc::UnboundedReceiver<Command>,
@@ -300,7 +317,7 @@ impl Subscriber {
         loop {
             let pubsub = match conn.take() {
                 Some(c) => c,
-                None => match open(&self.client, self.settings.connect_timeout).await {
+                None => match self.open_next().await {
                     Ok(c) => c,
                     Err(e) => {
                         tracing::debug!(error = %e, "dlock subscriber reconnect failed");
@@ -330,6 +347,14 @@ impl Subscriber {
                 }
             }
         }
+    }
+
+    /// Opens a connection with the next client in turn: after losing a node (killed, failed
+    /// over), the next attempt goes elsewhere.
+    async fn open_next(&mut self) -> redis::RedisResult<redis::aio::PubSub> {
+        let client = &self.clients[self.next % self.clients.len()];
+        self.next = self.next.wrapping_add(1);
+        open(client, self.settings.connect_timeout).await
     }
 
     /// One connection from (re-)subscribing every channel until it fails or the client ends.
@@ -517,7 +542,7 @@ mod tests {
             health_interval,
             on_connection_change: Box::new(|| {}),
         };
-        Waiters::start(client, settings, &tokio::runtime::Handle::current())
+        Waiters::start(vec![client], settings, &tokio::runtime::Handle::current())
             .await
             .unwrap()
     }

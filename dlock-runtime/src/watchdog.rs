@@ -20,6 +20,8 @@ use tokio::time::Instant;
 use crate::conn::{Conn, Pool};
 use crate::hold::Hold;
 use crate::kind::LockKind;
+use crate::names::cluster_slot;
+use crate::slots::NodeAddr;
 
 /// Keys per renew script call: bounds how long one call keeps Redis busy.
 const CHUNK: usize = 500;
@@ -187,43 +189,100 @@ fn due_now(s: &Shared, now: Instant) -> (Vec<Arc<Hold>>, Option<Instant>) {
         };
         return (Vec::new(), next);
     }
-    let mut batch: Vec<Arc<Hold>> = active()
+    let batch = active()
         .filter(|e| e.due <= now + e.hold.lease / 12)
         .map(|e| e.hold.clone())
         .collect();
-    batch.sort_by_key(|h| h.kind as *const dyn LockKind as *const () as usize);
     (batch, None)
 }
 async fn renew(conn: &mut Conn, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
-    let calls = chunks(batch).into_iter().map(|chunk| {
-        let mut conn = conn.clone();
-        async move {
-            // Chunks hold one kind only (see `chunks`).
-            let r: redis::RedisResult<Vec<i64>> =
-                chunk[0].kind.renew(chunk).invoke_async(&mut conn).await;
-            match r {
-                Ok(v) => v.into_iter().map(|x| Some(x == 1)).collect(),
-                Err(e) => {
-                    tracing::warn!(error = %e, locks = chunk.len(), "dlock watchdog renewal failed");
-                    vec![None; chunk.len()]
-                }
+    let keys: Vec<&str> = batch.iter().map(|h| h.keys.key.as_str()).collect();
+    let groups = conn.node_groups(&keys).await;
+    let conn = &*conn;
+    let calls = groups.into_iter().flat_map(|(node, idx)| {
+        chunks(batch, idx).into_iter().map(move |idx| {
+            let (mut conn, node) = (conn.clone(), node.clone());
+            let holds: Vec<Arc<Hold>> = idx.iter().map(|&i| batch[i].clone()).collect();
+            async move { (idx, renew_call(&mut conn, &holds, node).await) }
+        })
+    });
+    let mut results = vec![None; batch.len()];
+    for (idx, out) in futures_util::future::join_all(calls).await {
+        for (i, r) in idx.into_iter().zip(out) {
+            results[i] = r;
+        }
+    }
+    results
+}
+
+/// One renew call for holds of one kind: to their node in one call (a cluster), or the usual
+/// way (one server, or one slot). A node call that fails (slots moved, a server before Redis
+/// 7 without cross-slot scripts) is retried one call per slot.
+async fn renew_call(
+    conn: &mut Conn,
+    holds: &[Arc<Hold>],
+    node: Option<NodeAddr>,
+) -> Vec<Option<bool>> {
+    let kind = holds[0].kind;
+    let reply: redis::RedisResult<Vec<i64>> = match &node {
+        Some(node) => match kind.renew(holds, true).invoke_on(conn, node).await {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                tracing::debug!(error = %e, %node, "dlock watchdog: per-node renewal failed; renewing per slot");
+                conn.slots_changed();
+                return Box::pin(renew_per_slot(conn, holds)).await;
+            }
+        },
+        None => kind.renew(holds, false).invoke_async(conn).await,
+    };
+    match reply {
+        Ok(v) => v.into_iter().map(|x| Some(x == 1)).collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, locks = holds.len(), "dlock watchdog renewal failed");
+            vec![None; holds.len()]
+        }
+    }
+}
+
+async fn renew_per_slot(conn: &mut Conn, holds: &[Arc<Hold>]) -> Vec<Option<bool>> {
+    let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+    for (i, h) in holds.iter().enumerate() {
+        by_slot
+            .entry(cluster_slot(&h.keys.key))
+            .or_default()
+            .push(i);
+    }
+    let mut out = vec![None; holds.len()];
+    for idx in by_slot.into_values() {
+        let group: Vec<Arc<Hold>> = idx.iter().map(|&i| holds[i].clone()).collect();
+        let reply: redis::RedisResult<Vec<i64>> = kind_of(&group)
+            .renew(&group, false)
+            .invoke_async(conn)
+            .await;
+        if let Ok(v) = reply {
+            for (i, x) in idx.into_iter().zip(v) {
+                out[i] = Some(x == 1);
             }
         }
-    });
-    futures_util::future::join_all(calls)
-        .await
-        .into_iter()
-        .flatten()
+    }
+    out
+}
+
+fn kind_of(holds: &[Arc<Hold>]) -> &'static dyn LockKind {
+    holds[0].kind
+}
+
+/// One node's share of the batch cut into renew calls: runs of one kind, at most [`CHUNK`]
+/// keys each (indices into the batch).
+fn chunks(batch: &[Arc<Hold>], mut idx: Vec<usize>) -> Vec<Vec<usize>> {
+    idx.sort_by_key(|&i| kind_addr(&batch[i]));
+    idx.chunk_by(|&a, &b| same_kind(&batch[a], &batch[b]))
+        .flat_map(|run| run.chunks(CHUNK).map(<[usize]>::to_vec))
         .collect()
 }
 
-/// The batch cut into renew calls: runs of one kind, at most [`CHUNK`] keys each. The batch
-/// is sorted by kind first (`due_now`), so each kind costs as few calls as its count allows.
-fn chunks(batch: &[Arc<Hold>]) -> Vec<&[Arc<Hold>]> {
-    batch
-        .chunk_by(|a, b| same_kind(a, b))
-        .flat_map(|run| run.chunks(CHUNK))
-        .collect()
+fn kind_addr(h: &Hold) -> usize {
+    h.kind as *const dyn LockKind as *const () as usize
 }
 
 fn same_kind(a: &Hold, b: &Hold) -> bool {

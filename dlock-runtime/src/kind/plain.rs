@@ -57,8 +57,13 @@ impl LockKind for Plain {
         call
     }
 
-    fn renew(&self, holds: &[Arc<Hold>]) -> Call<'static> {
-        let mut call = scripts::RENEW.prepare_invoke();
+    fn renew(&self, holds: &[Arc<Hold>], cross_slot: bool) -> Call<'static> {
+        let script = if cross_slot {
+            &scripts::RENEW_CROSS_SLOT
+        } else {
+            &scripts::RENEW
+        };
+        let mut call = script.prepare_invoke();
         for h in holds {
             call.key(&h.keys.key).arg(&h.owner).arg(millis(h.lease));
         }
