@@ -16,6 +16,7 @@ pub fn shared_cluster() -> &'static RedisCluster {
     CLUSTER.get_or_init(|| RedisCluster::start(3, 1).expect("start a local redis cluster"))
 }
 
+/// A `LockClient` on the cluster, default settings.
 pub async fn cluster_client(cluster: &RedisCluster) -> LockClient {
     LockClient::cluster_builder(cluster.urls())
         .build()
