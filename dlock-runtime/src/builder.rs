@@ -56,6 +56,8 @@ pub struct LockClientBuilder {
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) latch_ttl: Duration,
+    /// PEM root certificate(s) to trust for `rediss://` instead of the system's.
+    pub(crate) tls_root: Option<Vec<u8>>,
 }
 
 impl LockClientBuilder {
@@ -69,6 +71,7 @@ impl LockClientBuilder {
             response_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
             latch_ttl: Duration::from_secs(30),
+            tls_root: None,
         }
     }
 
@@ -119,6 +122,13 @@ impl LockClientBuilder {
     /// twice (default 30 s; at most a day). Releases are retried only within half of it.
     pub fn release_latch(mut self, ttl: Duration) -> Self {
         self.latch_ttl = ttl;
+        self
+    }
+
+    /// Trusts these PEM root certificates (a private CA, a self-signed server) for `rediss://`
+    /// connections instead of the system's trust store. Applies to every node of a cluster.
+    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root = Some(pem.into());
         self
     }
 
@@ -181,6 +191,7 @@ impl std::fmt::Debug for LockClientBuilder {
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("release_latch", &self.latch_ttl)
+            .field("tls_root_certificates", &self.tls_root.is_some())
             .finish()
     }
 }

@@ -43,11 +43,10 @@ impl Topology {
         match &b.target {
             Target::Single(raw) => {
                 let url = redact(raw);
-                let client =
-                    redis::Client::open(raw.as_str()).map_err(|source| LockError::Connect {
-                        url: url.clone(),
-                        source,
-                    })?;
+                let client = open_client(raw, b).map_err(|source| LockError::Connect {
+                    url: url.clone(),
+                    source,
+                })?;
                 Ok(Topology::Single { client, url })
             }
             Target::Cluster(nodes) => {
@@ -62,14 +61,16 @@ impl Topology {
                 };
                 let seeds = nodes
                     .iter()
-                    .map(|u| redis::Client::open(u.as_str()))
+                    .map(|u| open_client(u, b))
                     .collect::<redis::RedisResult<Vec<_>>>()
                     .map_err(connect_err)?;
-                let client = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                let mut builder = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
                     .response_timeout(b.response_timeout)
-                    .connection_timeout(b.connect_timeout)
-                    .build()
-                    .map_err(connect_err)?;
+                    .connection_timeout(b.connect_timeout);
+                if let Some(pem) = &b.tls_root {
+                    builder = builder.certs(root_only(pem));
+                }
+                let client = builder.build().map_err(connect_err)?;
                 Ok(Topology::Cluster {
                     client: Box::new(client),
                     seeds,
@@ -141,6 +142,22 @@ impl Topology {
             Topology::Single { client, .. } => vec![client.clone()],
             Topology::Cluster { seeds, .. } => seeds.clone(),
         }
+    }
+}
+
+/// A client for one URL, trusting the builder's root certificates for `rediss://` if it set
+/// any (else the system's trust store).
+fn open_client(url: &str, b: &LockClientBuilder) -> redis::RedisResult<redis::Client> {
+    match &b.tls_root {
+        Some(pem) => redis::Client::build_with_tls(url, root_only(pem)),
+        None => redis::Client::open(url),
+    }
+}
+
+fn root_only(pem: &[u8]) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(pem.to_vec()),
     }
 }
 
