@@ -19,7 +19,9 @@ use crate::builder::{LockClientBuilder, Target};
 use crate::error::LockError;
 use crate::slots::{NodeAddr, SlotMap};
 
-/// Where the client's Redis is, as the builder described it.
+/// Where the client's Redis is, as the builder described it. Made once per client, so the size
+/// difference between variants does not matter.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Topology {
     /// One server (or anything reached through one address).
     Single {
