@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::client::LockClient;
-use crate::conn::redact;
+use crate::conn::{redact, redact_all};
 use crate::error::LockError;
 use crate::shared::Shared;
 
@@ -29,6 +29,11 @@ pub(crate) enum Target {
     Single(String),
     /// A Redis Cluster, found through these seed node URLs.
     Cluster(Vec<String>),
+    /// A primary managed by Redis Sentinel: the sentinels' URLs and the master's name.
+    Sentinel {
+        sentinels: Vec<String>,
+        master: String,
+    },
 }
 
 /// Builds a [`LockClient`]; start with [`LockClient::builder`] (one server) or
@@ -58,6 +63,9 @@ pub struct LockClientBuilder {
     pub(crate) latch_ttl: Duration,
     /// PEM root certificate(s) to trust for `rediss://` instead of the system's.
     pub(crate) tls_root: Option<Vec<u8>>,
+    /// ACL user and password for a sentinel-managed primary (the sentinels' own are in their
+    /// URLs).
+    pub(crate) master_auth: (Option<String>, Option<String>),
 }
 
 impl LockClientBuilder {
@@ -72,6 +80,7 @@ impl LockClientBuilder {
             connect_timeout: Duration::from_secs(5),
             latch_ttl: Duration::from_secs(30),
             tls_root: None,
+            master_auth: (None, None),
         }
     }
 
@@ -132,13 +141,28 @@ impl LockClientBuilder {
         self
     }
 
+    /// The ACL user (or `None` for the default user) and password of a sentinel-managed
+    /// primary and its replicas; sentinels' own credentials go in their URLs. Ignored for other
+    /// deployments, whose URLs carry them.
+    pub fn master_auth(mut self, username: Option<&str>, password: &str) -> Self {
+        self.master_auth = (username.map(str::to_owned), Some(password.to_owned()));
+        self
+    }
+
     /// Checks the settings, connects, and starts the watchdog and the waiter subscriber.
     pub async fn build(self) -> Result<LockClient, LockError> {
         let bad = |reason: String| Err(LockError::invalid("", reason));
-        if let Target::Cluster(nodes) = &self.target {
-            if nodes.is_empty() {
+        match &self.target {
+            Target::Cluster(nodes) if nodes.is_empty() => {
                 return bad("a cluster client needs at least one seed node URL".into());
             }
+            Target::Sentinel { sentinels, .. } if sentinels.is_empty() => {
+                return bad("a sentinel client needs at least one sentinel URL".into());
+            }
+            Target::Sentinel { master, .. } if master.is_empty() => {
+                return bad("a sentinel client needs the master's name".into());
+            }
+            _ => {}
         }
         if self.connections == 0 {
             return bad("connections must be at least 1".into());
@@ -176,11 +200,10 @@ impl std::fmt::Debug for LockClientBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let target = match &self.target {
             Target::Single(url) => redact(url),
-            Target::Cluster(nodes) => nodes
-                .iter()
-                .map(|u| redact(u))
-                .collect::<Vec<_>>()
-                .join(","),
+            Target::Cluster(nodes) => redact_all(nodes),
+            Target::Sentinel { sentinels, master } => {
+                format!("{master} via {}", redact_all(sentinels))
+            }
         };
         f.debug_struct("LockClientBuilder")
             .field("target", &target)
@@ -192,6 +215,7 @@ impl std::fmt::Debug for LockClientBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("release_latch", &self.latch_ttl)
             .field("tls_root_certificates", &self.tls_root.is_some())
+            .field("master_user", &self.master_auth.0)
             .finish()
     }
 }

@@ -53,6 +53,34 @@ impl LockClient {
         LockClientBuilder::new(Target::Cluster(nodes.into_iter().map(Into::into).collect()))
     }
 
+    /// Starts a builder for a client of the primary that Redis Sentinel manages under
+    /// `master_name`, found through `sentinels` (sentinel URLs, `redis://host:26379`). The
+    /// client follows failovers: it asks the sentinels again when a command fails the way a
+    /// failover makes it fail, and switches to the new primary. Credentials of the primary go
+    /// in [`LockClientBuilder::master_auth`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), dlock_runtime::LockError> {
+    /// let client = dlock_runtime::LockClient::sentinel_builder(
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "mymaster",
+    /// )
+    /// .master_auth(Some("locks"), "secret")
+    /// .build()
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sentinel_builder<I, S>(sentinels: I, master_name: impl Into<String>) -> LockClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        LockClientBuilder::new(Target::Sentinel {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            master: master_name.into(),
+        })
+    }
+
     /// A handle on the lock called `name`. Nothing is sent to Redis until you acquire it.
     ///
     /// The name may hold any text (`{`, `}`, `:` and unicode included); it is escaped where it

@@ -17,7 +17,9 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 use crate::background::Background;
 use crate::builder::{LockClientBuilder, Target};
 use crate::error::LockError;
+use crate::sentinel::{Follower, MasterSpec, SentinelConn};
 use crate::slots::{NodeAddr, SlotMap};
+use crate::waiters::ClientSource;
 
 /// Where the client's Redis is, as the builder described it. Made once per client, so the size
 /// difference between variants does not matter.
@@ -27,6 +29,12 @@ pub(crate) enum Topology {
     Single {
         client: redis::Client,
         /// For errors and logs: the URL with the password removed.
+        url: String,
+    },
+    /// A primary managed by Redis Sentinel (followed across failovers, see `sentinel.rs`).
+    Sentinel {
+        spec: Option<MasterSpec>,
+        /// `<master> via <sentinel URLs>`, passwords removed.
         url: String,
     },
     /// A Redis Cluster.
@@ -50,6 +58,29 @@ impl Topology {
                     source,
                 })?;
                 Ok(Topology::Single { client, url })
+            }
+            Target::Sentinel { sentinels, master } => {
+                let url = format!("{master} via {}", redact_all(sentinels));
+                let sentinels = sentinels
+                    .iter()
+                    .map(|u| open_client(u, b))
+                    .collect::<redis::RedisResult<Vec<_>>>()
+                    .map_err(|source| LockError::Connect {
+                        url: url.clone(),
+                        source,
+                    })?;
+                let spec = MasterSpec {
+                    sentinels,
+                    name: master.clone(),
+                    username: b.master_auth.0.clone(),
+                    password: b.master_auth.1.clone(),
+                    tls_root: b.tls_root.clone(),
+                    config: manager_config(b.response_timeout, b.connect_timeout),
+                };
+                Ok(Topology::Sentinel {
+                    spec: Some(spec),
+                    url,
+                })
             }
             Target::Cluster(nodes) => {
                 let url = nodes
@@ -85,7 +116,9 @@ impl Topology {
     /// The deployment's address for messages, passwords removed.
     pub(crate) fn display_url(&self) -> String {
         match self {
-            Topology::Single { url, .. } | Topology::Cluster { url, .. } => url.clone(),
+            Topology::Single { url, .. }
+            | Topology::Cluster { url, .. }
+            | Topology::Sentinel { url, .. } => url.clone(),
         }
     }
 
@@ -96,7 +129,7 @@ impl Topology {
     /// `static` client may outlive), and for a cluster, they are driven by the client's own
     /// thread from the start.
     pub(crate) async fn open_pool(
-        &self,
+        &mut self,
         bg: &Background,
         n: usize,
         response_timeout: Duration,
@@ -104,6 +137,16 @@ impl Topology {
     ) -> redis::RedisResult<Pool> {
         let client = match self {
             Topology::Single { client, .. } => client.clone(),
+            Topology::Sentinel { spec, .. } => {
+                let spec = spec
+                    .take()
+                    .expect("a sentinel topology opens its pool once");
+                let follower = Follower::start(spec, bg.handle().clone()).await?;
+                return Ok(Pool::new(
+                    vec![Conn::Sentinel(SentinelConn(follower))],
+                    None,
+                ));
+            }
             Topology::Cluster { client, .. } => {
                 // One cluster connection already multiplexes over every node.
                 let client = (**client).clone();
@@ -114,10 +157,7 @@ impl Topology {
                 return Ok(Pool::new(vec![conn], None));
             }
         };
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(response_timeout))
-            .set_connection_timeout(Some(connect_timeout))
-            .set_number_of_retries(2);
+        let config = manager_config(response_timeout, connect_timeout);
         let here = tokio::runtime::Handle::current();
         if here.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
             let conns = bg.run(open_managers(client, config, n)).await??;
@@ -138,11 +178,28 @@ impl Topology {
         Ok(Pool::new(back, Some((front, alive))))
     }
 
-    /// The clients the waiters' subscriber connects with, tried in turn.
-    pub(crate) fn pubsub_clients(&self) -> Vec<redis::Client> {
+    /// The clients the waiters' subscriber connects with, asked at every (re)connect: the
+    /// server, the cluster's seeds in turn, or the sentinels' current primary.
+    pub(crate) fn pubsub_source(&self, pool: &Pool) -> ClientSource {
         match self {
-            Topology::Single { client, .. } => vec![client.clone()],
-            Topology::Cluster { seeds, .. } => seeds.clone(),
+            Topology::Single { client, .. } => {
+                let client = client.clone();
+                Arc::new(move || vec![client.clone()])
+            }
+            Topology::Cluster { seeds, .. } => {
+                let seeds = seeds.clone();
+                Arc::new(move || seeds.clone())
+            }
+            Topology::Sentinel { .. } => {
+                let Conn::Sentinel(SentinelConn(follower)) = pool.get() else {
+                    unreachable!("a sentinel topology's pool holds its follower")
+                };
+                Arc::new(move || {
+                    // A reconnect may mean a failover: ask the sentinels (rate-limited).
+                    follower.kick();
+                    vec![follower.client()]
+                })
+            }
         }
     }
 }
@@ -161,6 +218,16 @@ fn root_only(pem: &[u8]) -> redis::TlsCertificates {
         client_tls: None,
         root_cert: Some(pem.to_vec()),
     }
+}
+
+fn manager_config(
+    response_timeout: Duration,
+    connect_timeout: Duration,
+) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_response_timeout(Some(response_timeout))
+        .set_connection_timeout(Some(connect_timeout))
+        .set_number_of_retries(2)
 }
 
 async fn open_managers(
@@ -235,6 +302,7 @@ impl Pool {
 pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection, Arc<SlotMap>),
+    Sentinel(SentinelConn),
 }
 
 impl Conn {
@@ -246,7 +314,7 @@ impl Conn {
         keys: &[&str],
     ) -> Vec<(Option<NodeAddr>, Vec<usize>)> {
         match self {
-            Conn::Single(_) => vec![(None, (0..keys.len()).collect())],
+            Conn::Single(_) | Conn::Sentinel(_) => vec![(None, (0..keys.len()).collect())],
             Conn::Cluster(conn, slots) => slots.group(conn, keys).await,
         }
     }
@@ -259,6 +327,7 @@ impl Conn {
     ) -> redis::RedisResult<Value> {
         match self {
             Conn::Single(c) => cmd.query_async(c).await,
+            Conn::Sentinel(c) => cmd.query_async(c).await,
             Conn::Cluster(c, _) => c.route_command(cmd.clone(), node.routing()).await,
         }
     }
@@ -276,6 +345,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c, _) => c.req_packed_command(cmd),
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -288,6 +358,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c, _) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -295,11 +366,17 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c, _) => c.get_db(),
+            Conn::Sentinel(c) => c.get_db(),
         }
     }
 }
 
 /// `redis://user:secret@host` -> `redis://user:***@host`, so URLs can go into errors and logs.
+/// Several URLs, redacted, comma-separated.
+pub(crate) fn redact_all(urls: &[String]) -> String {
+    urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(",")
+}
+
 pub(crate) fn redact(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return url.to_owned();

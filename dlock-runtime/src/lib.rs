@@ -142,6 +142,7 @@ mod names;
 mod orphan;
 mod scope;
 mod scripts;
+mod sentinel;
 mod shared;
 mod slots;
 mod stock;

@@ -38,7 +38,7 @@ pub(crate) struct Shared {
 impl Shared {
     /// Opens the connections of the builder's deployment and starts the background work.
     pub(crate) async fn connect(b: LockClientBuilder) -> Result<Arc<Self>, LockError> {
-        let topology = Topology::from_builder(&b)?;
+        let mut topology = Topology::from_builder(&b)?;
         let url = topology.display_url();
         let connect_err = |source| LockError::Connect {
             url: url.clone(),
@@ -58,7 +58,7 @@ impl Shared {
         let watchdog = Arc::new(Watchdog::start(pool.clone(), url.clone(), bg.handle()));
         let hook = Arc::downgrade(&watchdog);
         let waiters = Waiters::start(
-            topology.pubsub_clients(),
+            topology.pubsub_source(&pool),
             WaiterSettings {
                 connect_timeout: b.connect_timeout,
                 // A SUBSCRIBE or PING is answered in well under a millisecond by a live Redis;

@@ -41,6 +41,10 @@ const MIN_BACKOFF: Duration = Duration::from_millis(50);
 /// stays down.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
+/// The nodes the subscriber may connect to, asked again at every (re)connect: fixed for one
+/// server or a cluster's seeds, the current primary for a sentinel deployment.
+pub(crate) type ClientSource = Arc<dyn Fn() -> Vec<redis::Client> + Send + Sync>;
+
 /// Timing of the subscriber connection.
 pub(crate) struct WaiterSettings {
     /// Bound on opening (and re-opening) the pub/sub connection.
@@ -121,14 +125,14 @@ impl Waiters {
     /// gives one client per seed node: classic PUBLISH reaches every node, so any one will do,
     /// and losing it moves the subscriber on to the next.
     pub(crate) async fn start(
-        clients: Vec<redis::Client>,
+        source: ClientSource,
         settings: WaiterSettings,
         rt: &tokio::runtime::Handle,
     ) -> redis::RedisResult<Self> {
+        let clients = source();
         // Opened on `rt` too: redis-rs spawns the connection's driver on the runtime it is
         // opened from, and it must live as long as the client, not the caller's runtime.
         let (first, next) = {
-            let clients = clients.clone();
             let timeout = settings.connect_timeout;
             rt.spawn(async move {
                 let mut last = None;
@@ -153,7 +157,7 @@ impl Waiters {
         let (tx, rx) = mpsc::unbounded_channel();
         let ack_timeout = settings.ack_timeout;
         let subscriber = Subscriber {
-            clients,
+            source,
             next,
             settings,
             shared: shared.clone(),
@@ -300,7 +304,7 @@ impl Drop for Reader {
 /// The subscriber task: owns the pub/sub connection, replaces it, ends with the client.
 struct Subscriber {
     /// The nodes it may subscribe on, tried in turn (one for a single server).
-    clients: Vec<redis::Client>,
+    source: ClientSource,
     /// Index (mod len) of the client the next connection is opened with.
     next: usize,
     settings: WaiterSettings,
@@ -352,7 +356,13 @@ impl Subscriber {
     /// Opens a connection with the next client in turn: after losing a node (killed, failed
     /// over), the next attempt goes elsewhere.
     async fn open_next(&mut self) -> redis::RedisResult<redis::aio::PubSub> {
-        let client = &self.clients[self.next % self.clients.len()];
+        let clients = (self.source)();
+        let Some(client) = clients.get(self.next % clients.len().max(1)) else {
+            return Err(io_error(
+                std::io::ErrorKind::NotFound,
+                "no node to subscribe on",
+            ));
+        };
         self.next = self.next.wrapping_add(1);
         open(client, self.settings.connect_timeout).await
     }
@@ -542,9 +552,13 @@ mod tests {
             health_interval,
             on_connection_change: Box::new(|| {}),
         };
-        Waiters::start(vec![client], settings, &tokio::runtime::Handle::current())
-            .await
-            .unwrap()
+        Waiters::start(
+            Arc::new(move || vec![client.clone()]),
+            settings,
+            &tokio::runtime::Handle::current(),
+        )
+        .await
+        .unwrap()
     }
 
     /// The server SIGSTOPped until dropped: every connection to it goes silent, nothing closes.

@@ -1,0 +1,145 @@
+//! A primary managed by Redis Sentinel (a primary, a replica and three sentinels, started by
+//! the test harness): locks work, and the client follows a failover.
+
+use std::time::{Duration, Instant};
+
+use dlock::testing::RedisSentinel;
+use dlock::{LockClient, LockError};
+
+async fn client(s: &RedisSentinel) -> LockClient {
+    LockClient::sentinel_builder(s.sentinel_urls(), s.master_name())
+        .build()
+        .await
+        .expect("connect through the sentinels")
+}
+
+/// Acquires `name`, retrying errors (a failover in progress), until `within`; returns the
+/// guard and how long it took.
+async fn acquire_eventually(
+    client: &LockClient,
+    name: &str,
+    within: Duration,
+) -> (dlock::LockGuard, Duration) {
+    let started = Instant::now();
+    let mut last = None;
+    while started.elapsed() < within {
+        match client
+            .lock(name)
+            .wait(Duration::from_secs(2))
+            .acquire()
+            .await
+        {
+            Ok(g) => return (g, started.elapsed()),
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no acquire of {name} within {within:?}; last error: {last:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_follows_a_failover_and_tokens_keep_rising() {
+    let mut sentinel = RedisSentinel::start().expect("start primary, replica and sentinels");
+    let a = client(&sentinel).await;
+    let waiter = client(&sentinel).await;
+
+    // Before: exclusion and a waiter woken by the release.
+    let g = a.lock("sentinel:order").acquire().await.unwrap();
+    let first = g.fencing_token();
+    assert!(waiter
+        .lock("sentinel:order")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    g.release().await.unwrap();
+
+    // A lock held across the failover, replicated before the primary dies.
+    let held = a
+        .lock("sentinel:held")
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    let held_token = held.fencing_token();
+    let old = sentinel.master_url().unwrap();
+    let killed = Instant::now();
+    let new = sentinel
+        .kill_master()
+        .expect("sentinels promote the replica");
+    let promoted = killed.elapsed();
+    assert_ne!(old, new);
+
+    // After: both clients reach the new primary, without a restart.
+    let (g2, usable_after) =
+        acquire_eventually(&a, "sentinel:order", Duration::from_secs(30)).await;
+    println!(
+        "sentinel failover: promotion took {promoted:?}; the client acquired again {usable_after:?} \
+         after kill_master returned ({:?} after the kill)",
+        killed.elapsed()
+    );
+    assert!(
+        g2.fencing_token() > first,
+        "tokens went back after the failover: {} <= {first}",
+        g2.fencing_token()
+    );
+    // The other client sent nothing since the kill: its first command may still meet the
+    // old primary's broken connection (then it asks the sentinels); it must answer within 5 s.
+    let probe_started = Instant::now();
+    let busy = loop {
+        match waiter.lock("sentinel:order").try_acquire().await {
+            Ok(r) => break r,
+            Err(e) => {
+                assert!(probe_started.elapsed() < Duration::from_secs(5), "{e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    println!(
+        "the idle client answered again {:?} after its first try",
+        probe_started.elapsed()
+    );
+    assert!(busy.is_none(), "the other client got a lock that is held");
+    g2.release().await.unwrap();
+    let (g3, _) = acquire_eventually(&waiter, "sentinel:order", Duration::from_secs(10)).await;
+    g3.release().await.unwrap();
+
+    // The held lock: either the new primary has it (and the holder keeps renewing) or the
+    // holder is told it lost it; never both "held" and "someone else has it".
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let other = waiter.lock("sentinel:held").try_acquire().await;
+            match other {
+                Ok(Some(o)) => {
+                    assert!(
+                        held.is_lost(),
+                        "another client holds it while the old holder believes it holds it"
+                    );
+                    assert!(o.fencing_token() > held_token);
+                    o.release().await.unwrap();
+                    return;
+                }
+                Ok(None) if !held.is_lost() => return, // kept across the failover
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    })
+    .await
+    .expect("the held lock settles within 10 s");
+    println!("held lock after the failover: lost = {}", held.is_lost());
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_master_name_is_a_clear_error() {
+    let sentinel = RedisSentinel::start().expect("start sentinels");
+    let started = Instant::now();
+    let err = LockClient::sentinel_builder(sentinel.sentinel_urls(), "no-such-master")
+        .build()
+        .await
+        .expect_err("unknown master");
+    println!("unknown master after {:?}: {err}", started.elapsed());
+    assert!(matches!(err, LockError::Connect { .. }), "{err:?}");
+    assert!(err.to_string().contains("no-such-master"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+}
