@@ -79,71 +79,46 @@ fn current_thread() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
-/// (a) The runtime that built the client is shut down before the client is used.
-#[test]
-fn a_client_keeps_working_after_the_runtime_that_built_it_shut_down() {
+/// Builds a client (and uses it once) on `r1`, shuts `r1` down, then checks on a second
+/// runtime that the client still excludes and renews.
+fn outlives_its_runtime(r1: tokio::runtime::Runtime, name: &str) {
     let server = RedisServer::start().expect("redis-server");
     let url = server.url();
-    let r1 = current_thread();
     let client = r1
-        .block_on(LockClient::connect(&url))
-        .expect("connect on the first runtime");
+        .block_on(async {
+            let client = LockClient::connect(&url).await?;
+            // Used once on its own runtime, so whatever it drives there is live when it dies.
+            let warm = format!("{name}:warm");
+            client.lock(warm).acquire().await?.release().await?;
+            Ok::<_, dlock::LockError>(client)
+        })
+        .expect("connect and use on the first runtime");
     drop(r1);
 
-    let r2 = current_thread();
-    r2.block_on(async {
+    current_thread().block_on(async {
         let other = LockClient::connect(&url)
             .await
             .expect("connect on the second runtime");
-        hold_and_probe(
-            &client,
-            &other,
-            "trust:runtime:outlived",
-            Duration::from_millis(2500),
-        )
-        .await;
+        hold_and_probe(&client, &other, name, Duration::from_millis(2500)).await;
     });
+}
+
+/// (a) The runtime that built the client is shut down before the client is used.
+#[test]
+fn a_client_keeps_working_after_the_runtime_that_built_it_shut_down() {
+    outlives_its_runtime(current_thread(), "trust:runtime:outlived");
 }
 
 /// The same with a multi-thread building runtime: there the client's command connections are
 /// driven by that runtime (faster), and must be replaced by the client's own once it is gone.
 #[test]
 fn a_client_built_on_a_multi_thread_runtime_outlives_it() {
-    let server = RedisServer::start().expect("redis-server");
-    let url = server.url();
     let r1 = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("multi-thread runtime");
-    let client = r1
-        .block_on(async {
-            let client = LockClient::connect(&url).await?;
-            // Used once on its own runtime, so the front connections are live when it dies.
-            client
-                .lock("trust:runtime:warm")
-                .acquire()
-                .await?
-                .release()
-                .await?;
-            Ok::<_, dlock::LockError>(client)
-        })
-        .expect("connect and use on the first runtime");
-    drop(r1);
-
-    let r2 = current_thread();
-    r2.block_on(async {
-        let other = LockClient::connect(&url)
-            .await
-            .expect("connect on the second runtime");
-        hold_and_probe(
-            &client,
-            &other,
-            "trust:runtime:outlived-multi",
-            Duration::from_millis(2500),
-        )
-        .await;
-    });
+    outlives_its_runtime(r1, "trust:runtime:outlived-multi");
 }
 
 // (b) One client in a `static`, shared by several `#[tokio::test]`s: each test has its own

@@ -213,7 +213,7 @@ fn open_client(url: &str, b: &LockClientBuilder) -> redis::RedisResult<redis::Cl
     }
 }
 
-fn root_only(pem: &[u8]) -> redis::TlsCertificates {
+pub(crate) fn root_only(pem: &[u8]) -> redis::TlsCertificates {
     redis::TlsCertificates {
         client_tls: None,
         root_cert: Some(pem.to_vec()),

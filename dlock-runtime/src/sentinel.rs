@@ -14,6 +14,8 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::runtime::Handle;
 
+use crate::conn::root_only;
+
 /// How often the sentinels are asked even when nothing failed: a primary that was demoted
 /// while still reachable (a partition healed) only answers READONLY to writes, which we notice
 /// anyway; this bounds how long a read-only connection could linger.
@@ -237,13 +239,7 @@ fn master_client(spec: &MasterSpec, (host, port): &(String, u16)) -> RedisResult
         .into_connection_info()?
         .set_redis_settings(settings);
     match &spec.tls_root {
-        Some(pem) => redis::Client::build_with_tls(
-            info,
-            redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(pem.clone()),
-            },
-        ),
+        Some(pem) => redis::Client::build_with_tls(info, root_only(pem)),
         None => redis::Client::open(info),
     }
 }
