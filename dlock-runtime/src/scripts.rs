@@ -14,7 +14,7 @@ use redis::aio::ConnectionLike;
 
 use crate::conn::Conn;
 use crate::slots::NodeAddr;
-use redis::{FromRedisValue, RedisResult, ToRedisArgs};
+use redis::{FromRedisValue, RedisResult, ToRedisArgs, Value};
 
 /// A Lua script: its text and its SHA1, computed once.
 pub(crate) struct Script {
@@ -82,13 +82,16 @@ impl Call<'_> {
         conn: &mut Conn,
         node: &NodeAddr,
     ) -> RedisResult<T> {
+        // A routed command returns server errors as values: make them errors first.
         let reply = match conn
             .query_on(node, &self.command("EVALSHA", &self.script.sha))
             .await
+            .and_then(Value::extract_error)
         {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 conn.query_on(node, &self.command("EVAL", &self.script.source))
                     .await
+                    .and_then(Value::extract_error)
             }
             other => other,
         }?;
@@ -124,15 +127,11 @@ pub(crate) static UNDO_REENTRY: LazyLock<Script> =
 pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/lock/renew.lua")));
 /// The renew script for one cluster node: Redis 7's `allow-cross-slot-keys` flag lets one call
-/// touch keys of many slots as long as this node serves them all, so a tick costs one call per
-/// node instead of one per slot. Servers before 7.0 reject the flag; the watchdog then falls
-/// back to one call per slot.
-pub(crate) static RENEW_CROSS_SLOT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(format!(
-        "#!lua flags=allow-cross-slot-keys\n{}",
-        include_str!("scripts/lock/renew.lua")
-    ))
-});
+/// reach keys of many slots as long as this node serves them all (undeclared: see the script),
+/// so a tick costs one call per node instead of one per slot. Servers before 7.0 reject the
+/// flag; the watchdog then falls back to one call per slot.
+pub(crate) static RENEW_NODE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/lock/renew_node.lua")));
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/lock/force_unlock.lua")));
 

@@ -58,12 +58,15 @@ impl LockKind for Plain {
     }
 
     fn renew(&self, holds: &[Arc<Hold>], cross_slot: bool) -> Call<'static> {
-        let script = if cross_slot {
-            &scripts::RENEW_CROSS_SLOT
-        } else {
-            &scripts::RENEW
-        };
-        let mut call = script.prepare_invoke();
+        if cross_slot {
+            // One declared key routes the call; the others travel as arguments.
+            let mut call = scripts::RENEW_NODE.key(&holds[0].keys.key);
+            for h in holds {
+                call.arg(&h.keys.key).arg(&h.owner).arg(millis(h.lease));
+            }
+            return call;
+        }
+        let mut call = scripts::RENEW.prepare_invoke();
         for h in holds {
             call.key(&h.keys.key).arg(&h.owner).arg(millis(h.lease));
         }
