@@ -90,6 +90,41 @@
 //! separate pub/sub connection; nothing blocking (WAIT, BLPOP) is ever sent on a command
 //! connection, so the watchdog's renewals are never stuck behind one.
 //!
+//! # Deployments
+//!
+//! * **One server**: [`LockClient::connect`] / [`LockClient::builder`] with a `redis://` or
+//!   `rediss://` URL.
+//! * **Redis Cluster**: [`LockClient::cluster_builder`] with seed node URLs. Every key of a lock
+//!   shares one hash tag, so every script runs on one node. The watchdog renews with one call
+//!   per node per tick (Redis 7's `allow-cross-slot-keys` script flag; it falls back to one
+//!   call per slot on older servers or while slots move). Waiters use *classic* pub/sub on one
+//!   node, moving to the next seed when they lose it: classic PUBLISH reaches every node of the
+//!   cluster (measured: 50 of 50 messages published on another node's channel arrived, median
+//!   0.4 ms), and a subscription kept working through `CLUSTER FAILOVER` of its node (71 of 71
+//!   messages). Sharded pub/sub (SSUBSCRIBE) is node-local and cheaper on the cluster bus, but
+//!   with redis-rs 1.8 a sharded subscription was lost for good after a failover (the server
+//!   sends SUNSUBSCRIBE and nothing resubscribes), so waiters would hang until the holder's
+//!   PTTL. Classic PUBLISH costs cluster-bus traffic proportional to the node count; dlock
+//!   publishes once per release, and only when the lock was freed.
+//!
+//!   An orphan's undo (a cancelled acquire) goes to the same node over the same socket, so it
+//!   runs after the acquire, except when a redirect (MOVED/ASK during a failover or resharding)
+//!   makes redis-rs resend the acquire to the new node after the undo got there: then the undo
+//!   finds nothing, and the orphaned hold, never renewed, expires with its lease.
+//! * **Sentinel**: [`LockClient::sentinel_builder`] with the sentinels' URLs and the master's
+//!   name ([`LockClientBuilder::master_auth`] for its ACL user). The client asks the sentinels
+//!   again whenever a command fails the way a failover makes it fail (a broken connection, or
+//!   READONLY from a demoted primary), and at least every 5 s while in use, then switches to
+//!   the new primary (measured: acquiring again 0.43 s after the sentinels promoted the
+//!   replica). Commands in flight at the failover fail and are handled like any Redis error.
+//! * **TLS and ACL users** on each: `rediss://` URLs (rustls with the ring provider: pure Rust,
+//!   no OpenSSL headers needed to build), [`LockClientBuilder::tls_root_certificates`] for a
+//!   private CA, `user:password@` in URLs. Passwords never appear in errors, logs or `Debug`.
+//!
+//! A failover can lose a lock that was not yet replicated to the promoted replica: the holder
+//! learns it at its next renewal (at most a third of the lease later) or at once if the
+//! connection broke, and the fencing token still rises for the next holder.
+//!
 //! # Where this differs from Redisson
 //!
 //! * Tasks of one process queue locally (FIFO) per key before contending in Redis: no local
