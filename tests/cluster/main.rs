@@ -1,11 +1,19 @@
 //! dlock on a local Redis Cluster (3 masters, 1 replica each, started by the test harness).
 //!
 //! One area binary: the cluster is started once for the tests that only read and write
-//! locks (`shared_cluster`), and once per test that fails nodes over or kills them.
+//! locks (`shared_cluster`), and once per test that fails nodes over or kills them, or that
+//! counts commands per node (`own_cluster`).
 
+mod attribute;
+mod bad_input;
 mod basics;
+mod failover;
+mod stock;
+mod watchdog;
 
+use std::future::Future;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use dlock::testing::RedisCluster;
 use dlock::LockClient;
@@ -62,4 +70,61 @@ pub async fn until_subscribed(cluster: &RedisCluster, channel: &str) {
         );
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
+}
+
+/// A cluster of 3 masters with 1 replica each for one test alone (it fails nodes over, or
+/// counts the commands each node serves). Started off the runtime's threads: it takes ~3 s.
+pub async fn own_cluster() -> RedisCluster {
+    tokio::task::spawn_blocking(|| RedisCluster::start(3, 1))
+        .await
+        .expect("cluster start task")
+        .expect("start a local redis cluster")
+}
+
+/// `fut`, or a panic naming `what` if it takes longer than `limit`: no await in these tests
+/// may hang the binary.
+pub async fn bounded<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: no answer within {limit:?}"),
+    }
+}
+
+/// `n` lock names `<tag>:<i>` whose keys (under `client`'s prefix) are served by the master on
+/// `port`, by the cluster's slot map as it is now and `dlock::cluster_slot`.
+pub fn names_on_master(
+    cluster: &RedisCluster,
+    client: &LockClient,
+    tag: &str,
+    port: u16,
+    n: usize,
+) -> Vec<String> {
+    let master = cluster
+        .masters()
+        .expect("cluster masters")
+        .into_iter()
+        .find(|m| m.port == port)
+        .unwrap_or_else(|| panic!("127.0.0.1:{port} is not a master"));
+    let names: Vec<String> = (0..100 * n)
+        .map(|i| format!("{tag}:{i}"))
+        .filter(|name| {
+            let slot = dlock::cluster_slot(client.lock(name.as_str()).key());
+            master.slots.iter().any(|r| r.contains(&slot))
+        })
+        .take(n)
+        .collect();
+    assert_eq!(names.len(), n, "not enough names on 127.0.0.1:{port}");
+    names
+}
+
+/// A plain connection to one node (not following redirects): INFO, WAIT, CONFIG. Replies may
+/// take up to 10 s (a WAIT for a replica), not redis-rs's default 500 ms.
+pub async fn node_conn(url: &str) -> dlock::redis::aio::MultiplexedConnection {
+    let config = dlock::redis::AsyncConnectionConfig::new()
+        .set_response_timeout(Some(Duration::from_secs(10)));
+    dlock::redis::Client::open(url)
+        .expect("node url")
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("connection to a cluster node")
 }

@@ -1,0 +1,506 @@
+//! A master failing over while its locks are held and waited on: a coordinated `CLUSTER
+//! FAILOVER`, and a SIGKILL followed by the cluster promoting the replica. Each test starts its
+//! own cluster (it changes it).
+//!
+//! Every await is bounded: a hang fails the test with the step that hung. The harness calls
+//! block (the cluster is asked about its state until it settles), so they run in
+//! `block_in_place` while the clients' tasks go on on the runtime's workers.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::testing::{RedisCluster, Role};
+use dlock::{LockClient, LockError, LockGuard};
+use tokio::task::JoinHandle;
+
+use crate::{bounded, cluster_client, names_on_master, node_conn, own_cluster, until_subscribed};
+
+/// Bound on any one step; also the waiters' `wait`.
+const STEP: Duration = Duration::from_secs(30);
+
+type Waiting = JoinHandle<Result<(LockGuard, Instant), LockError>>;
+
+/// One task per name waiting (up to `STEP`) for the lock; it reports when it got it. Returns
+/// once every waiter has found its lock held and subscribed to the release channel.
+async fn waiters_on(cluster: &RedisCluster, client: &LockClient, names: &[String]) -> Vec<Waiting> {
+    let waiting: Vec<Waiting> = names
+        .iter()
+        .map(|name| {
+            let lock = client.lock(name.as_str()).wait(STEP);
+            tokio::spawn(async move { lock.acquire().await.map(|g| (g, Instant::now())) })
+        })
+        .collect();
+    for name in names {
+        let channel = client.lock(name.as_str()).channel().to_owned();
+        bounded(
+            STEP,
+            "waiter subscribed",
+            until_subscribed(cluster, &channel),
+        )
+        .await;
+    }
+    for w in &waiting {
+        assert!(!w.is_finished(), "a waiter got a held lock");
+    }
+    waiting
+}
+
+/// What a probe saw: fresh locks taken and given back one after another on the failing
+/// master's slots while the failover ran.
+#[derive(Debug, Default)]
+struct Probe {
+    ops: usize,
+    errors: Vec<String>,
+    /// The longest acquire + release.
+    longest: Duration,
+}
+
+/// Takes and releases locks of `names` in turn (one every 10 ms or so) until `stop`, each
+/// step bounded; the lock serves as a probe of the slots' availability.
+fn probe(client: LockClient, names: Vec<String>, stop: Arc<AtomicBool>) -> JoinHandle<Probe> {
+    tokio::spawn(async move {
+        let mut seen = Probe::default();
+        for name in names.iter().cycle().take(5_000) {
+            if stop.load(Ordering::Acquire) {
+                break;
+            }
+            let started = Instant::now();
+            let op = async {
+                let g = client.lock(name.as_str()).wait(STEP).acquire().await?;
+                g.release().await
+            };
+            match tokio::time::timeout(STEP, op).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => seen.errors.push(e.to_string()),
+                Err(_) => seen
+                    .errors
+                    .push(format!("probe on `{name}` hung for {STEP:?}")),
+            }
+            seen.ops += 1;
+            seen.longest = seen.longest.max(started.elapsed());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        seen
+    })
+}
+
+/// Whether the lock hash at `key` has a field of an owner of `client` (owner ids start with
+/// the client id): asked of the master serving it now.
+async fn held_by(cluster: &RedisCluster, client: &LockClient, key: &str) -> bool {
+    let master = cluster.master_for_key(key).expect("master for key");
+    let mut conn = node_conn(&master.url).await;
+    let fields: Vec<String> = dlock::redis::cmd("HKEYS")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .expect("HKEYS");
+    fields.iter().any(|f| f.starts_with(client.client_id()))
+}
+
+/// Waits (bounded) until the watchdog renewed `lock` on whatever master serves it now: its
+/// expiry moved later by 100 ms or more.
+async fn until_renewed(lock: &dlock::Lock) -> Duration {
+    let started = Instant::now();
+    let first = lock.remaining_ttl().await.unwrap().expect("held");
+    loop {
+        if let Ok(Some(now)) = lock.remaining_ttl().await {
+            if now + started.elapsed() > first + Duration::from_millis(100) {
+                return started.elapsed();
+            }
+        }
+        assert!(
+            started.elapsed() < STEP,
+            "`{}` not renewed within {STEP:?}",
+            lock.name()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn key_of(client: &LockClient, name: &str) -> String {
+    client.lock(name).key().to_owned()
+}
+
+/// A waiter's outcome, bounded.
+async fn waited(w: Waiting) -> (LockGuard, Instant) {
+    bounded(STEP, "waiter", w)
+        .await
+        .expect("waiter task")
+        .expect("the waiter acquires")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_failover_keeps_every_hold_and_waiters_are_woken_after_it() {
+    const TTL: Duration = Duration::from_secs(10);
+    let mut cluster = own_cluster().await;
+    // Master 0 is every client's first seed: their subscribers sit on the node demoted here.
+    let master = 0;
+    let old_port = cluster.masters().expect("masters")[master].port;
+    let holder = cluster_client(&cluster).await;
+    let waiter = cluster_client(&cluster).await;
+    let prober = cluster_client(&cluster).await;
+    let held = names_on_master(&cluster, &holder, "cluster:fo:held", old_port, 4);
+    let fresh = names_on_master(&cluster, &holder, "cluster:fo:fresh", old_port, 20);
+
+    let mut guards = Vec::new();
+    for name in &held {
+        let lock = holder.lock(name.as_str()).ttl(TTL);
+        guards.push(bounded(STEP, "acquire", lock.acquire()).await.unwrap());
+    }
+    let before: Vec<u64> = guards.iter().map(LockGuard::fencing_token).collect();
+    let waiting = waiters_on(&cluster, &waiter, &held).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let probing = probe(prober.clone(), fresh.clone(), stop.clone());
+    let started = Instant::now();
+    let promoted = tokio::task::block_in_place(|| cluster.failover(master)).expect("failover");
+    let failover_took = started.elapsed();
+    assert_ne!(promoted.port, old_port);
+    // A fresh name on the failed-over slots, not used by the probe.
+    let after_name =
+        names_on_master(&cluster, &holder, "cluster:fo:after", promoted.port, 1).remove(0);
+    let fresh_guard = bounded(
+        STEP,
+        "acquire after the failover",
+        prober.lock(after_name.as_str()).acquire(),
+    )
+    .await
+    .expect("a fresh acquire on the failed-over slots");
+    let usable_after = started.elapsed();
+    stop.store(true, Ordering::Release);
+    let probed = bounded(STEP, "probe", probing).await.expect("probe task");
+    println!(
+        "manual failover of master {master} (127.0.0.1:{old_port} -> 127.0.0.1:{}): every node \
+         agreed after {failover_took:?}; lock usable again after {:.2} s (failover start to a \
+         fresh acquire sent once every node agreed); probe during the failover: {} \
+         acquire+release, longest {:?}, errors {:?}",
+        promoted.port,
+        usable_after.as_secs_f64(),
+        probed.ops,
+        probed.longest,
+        probed.errors
+    );
+    assert!(
+        probed.errors.is_empty(),
+        "acquires failed during a manual failover: {:?}",
+        probed.errors
+    );
+    assert!(
+        fresh_guard.fencing_token() > *before.iter().max().unwrap(),
+        "a token from the new master is not above those handed out before"
+    );
+    bounded(STEP, "release", fresh_guard.release())
+        .await
+        .unwrap();
+
+    // The holds survive: the watchdog renews them on the new master.
+    let renewed_in = until_renewed(&holder.lock(held[0].as_str())).await;
+    println!("holds renewed on the new master {renewed_in:?} after the failover was confirmed");
+    for (g, name) in guards.iter().zip(&held) {
+        assert!(!g.is_lost(), "`{name}` reported lost by a manual failover");
+        assert!(
+            held_by(&cluster, &holder, key_of(&holder, name).as_str()).await,
+            "`{name}` is not on the new master"
+        );
+    }
+    for w in &waiting {
+        assert!(!w.is_finished(), "a waiter got a lock that is still held");
+    }
+
+    // Each release after the failover wakes its waiter, well before the 10 s lease.
+    for ((g, w), (name, token)) in guards
+        .into_iter()
+        .zip(waiting)
+        .zip(held.iter().zip(&before))
+    {
+        let released = Instant::now();
+        bounded(STEP, "release", g.release())
+            .await
+            .unwrap_or_else(|e| panic!("`{name}` kept through the failover, yet: {e}"));
+        let (next, at) = waited(w).await;
+        let woken = at.duration_since(released);
+        println!("`{name}`: waiter woken {woken:?} after the release");
+        assert!(
+            woken < Duration::from_secs(3),
+            "`{name}`: waiter took {woken:?}: woken by the lease, not the release"
+        );
+        assert!(
+            next.fencing_token() > *token,
+            "`{name}`: token went backwards across the failover"
+        );
+        bounded(STEP, "release", next.release()).await.unwrap();
+    }
+}
+
+/// A waiter as an application writes one: it retries an acquire that failed on Redis (a node
+/// died under it), at most 5 times within [`STEP`], and reports the errors it saw.
+fn retrying_waiter(client: &LockClient, name: &str) -> JoinHandle<(Waited, Vec<String>)> {
+    let lock = client.lock(name).wait(STEP);
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let mut errors = Vec::new();
+        loop {
+            match lock.acquire().await {
+                Ok(g) => return (Ok((g, Instant::now())), errors),
+                Err(e @ LockError::Redis { .. })
+                    if errors.len() < 5 && started.elapsed() < STEP =>
+                {
+                    errors.push(e.to_string());
+                }
+                Err(e) => return (Err(e), errors),
+            }
+        }
+    })
+}
+
+type Waited = Result<(LockGuard, Instant), LockError>;
+
+/// SIGKILL of master `master` while `missed` (locks its replica lost) and `kept` (locks its
+/// replica has) are held by one client and waited on by another; the cluster promotes the
+/// replica. Checks what holds in every case; returns how long after the kill the promotion was
+/// confirmed, and when the waiters of the missed locks got them.
+async fn kill_while_held(master: usize) -> (Duration, Vec<Duration>) {
+    const TTL: Duration = Duration::from_secs(15);
+    let mut cluster = own_cluster().await;
+    let old = cluster.masters().expect("masters")[master].clone();
+    let replica = cluster
+        .nodes()
+        .expect("nodes")
+        .into_iter()
+        .find(|n| n.role == Role::Replica && n.master_port == Some(old.port))
+        .expect("a replica of the master");
+    let holder = cluster_client(&cluster).await;
+    let waiter = cluster_client(&cluster).await;
+    let prober = cluster_client(&cluster).await;
+    let missed = names_on_master(&cluster, &holder, "cluster:kill:missed", old.port, 2);
+    let kept = names_on_master(&cluster, &holder, "cluster:kill:kept", old.port, 3);
+    let fresh = names_on_master(&cluster, &holder, "cluster:kill:fresh", old.port, 20);
+    let master_conn = node_conn(&old.url).await;
+    let until_replicated = || {
+        let mut conn = master_conn.clone();
+        async move {
+            let acked: i64 = dlock::redis::cmd("WAIT")
+                .arg(1)
+                .arg(5_000)
+                .query_async(&mut conn)
+                .await
+                .expect("WAIT");
+            assert_eq!(acked, 1, "the replica did not acknowledge");
+        }
+    };
+
+    // Locks the replica will not have: taken, replicated, then wiped from the replica alone,
+    // as if the replication stream had not reached it before the master died.
+    let mut missed_guards = Vec::new();
+    for name in &missed {
+        let lock = holder.lock(name.as_str()).ttl(TTL);
+        missed_guards.push(bounded(STEP, "acquire", lock.acquire()).await.unwrap());
+    }
+    until_replicated().await;
+    let mut replica_conn = node_conn(&replica.url).await;
+    for args in [
+        &["CONFIG", "SET", "replica-read-only", "no"][..],
+        &["FLUSHALL"],
+        &["CONFIG", "SET", "replica-read-only", "yes"],
+    ] {
+        let () = dlock::redis::cmd(args[0])
+            .arg(&args[1..])
+            .query_async(&mut replica_conn)
+            .await
+            .unwrap_or_else(|e| panic!("{args:?} on the replica: {e}"));
+    }
+    let left: i64 = dlock::redis::cmd("DBSIZE")
+        .query_async(&mut replica_conn)
+        .await
+        .expect("DBSIZE");
+    assert_eq!(left, 0, "the replica kept keys through FLUSHALL");
+    // Locks the replica has.
+    let mut kept_guards = Vec::new();
+    for name in &kept {
+        let lock = holder.lock(name.as_str()).ttl(TTL);
+        kept_guards.push(bounded(STEP, "acquire", lock.acquire()).await.unwrap());
+    }
+    until_replicated().await;
+    let max_before = missed_guards
+        .iter()
+        .chain(&kept_guards)
+        .map(LockGuard::fencing_token)
+        .max()
+        .unwrap();
+    let waiting_missed: Vec<_> = missed.iter().map(|n| retrying_waiter(&waiter, n)).collect();
+    let waiting_kept: Vec<_> = kept.iter().map(|n| retrying_waiter(&waiter, n)).collect();
+    for name in missed.iter().chain(&kept) {
+        let channel = waiter.lock(name.as_str()).channel().to_owned();
+        bounded(
+            STEP,
+            "waiter subscribed",
+            until_subscribed(&cluster, &channel),
+        )
+        .await;
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let probing = probe(prober.clone(), fresh.clone(), stop.clone());
+    let killed = Instant::now();
+    let promoted =
+        tokio::task::block_in_place(|| cluster.kill_master(master)).expect("kill and promote");
+    let promotion = killed.elapsed();
+    assert_eq!(promoted.port, replica.port);
+
+    // New acquires on its slots succeed soon after the promotion.
+    let after_name =
+        names_on_master(&cluster, &holder, "cluster:kill:after", promoted.port, 1).remove(0);
+    let fresh_guard = bounded(
+        STEP,
+        "acquire after the promotion",
+        prober.lock(after_name.as_str()).acquire(),
+    )
+    .await
+    .expect("a fresh acquire on the promoted replica's slots");
+    let usable_after = killed.elapsed();
+    stop.store(true, Ordering::Release);
+    let probed = bounded(STEP, "probe", probing).await.expect("probe task");
+
+    // The holds the new master lacks are reported lost to their holder.
+    for (g, name) in missed_guards.iter().zip(&missed) {
+        bounded(STEP, "lost() of a hold the new master lacks", g.lost()).await;
+        assert!(g.is_lost(), "`{name}`");
+    }
+    let lost_after = killed.elapsed();
+    // The others are renewed on the new master, and kept.
+    let renewed_in = until_renewed(&holder.lock(kept[0].as_str())).await;
+    for (g, name) in kept_guards.iter().zip(&kept) {
+        let there = held_by(&cluster, &holder, &key_of(&holder, name)).await;
+        assert!(
+            there,
+            "`{name}` was replicated, yet the new master lacks it"
+        );
+        assert!(
+            !g.is_lost(),
+            "`{name}` reported lost though the new master has it"
+        );
+    }
+    println!(
+        "SIGKILL of master {master} (127.0.0.1:{}): replica 127.0.0.1:{} promoted, every node \
+         agreeing, after {:.2} s; a fresh acquire on its slots (sent then) done {:.2} s after \
+         the kill; holds the replica missed reported lost {:.2} s after the kill; kept holds \
+         renewed on the new master {renewed_in:?} later; probe during the outage: {} \
+         acquire+release, longest {:?}, {} errors {:?}",
+        old.port,
+        promoted.port,
+        promotion.as_secs_f64(),
+        usable_after.as_secs_f64(),
+        lost_after.as_secs_f64(),
+        probed.ops,
+        probed.longest,
+        probed.errors.len(),
+        probed.errors.iter().take(2).collect::<Vec<_>>()
+    );
+    assert!(
+        usable_after < promotion + Duration::from_secs(5),
+        "fresh acquire took {usable_after:?} after the kill, promotion {promotion:?}"
+    );
+    assert!(
+        fresh_guard.fencing_token() > max_before,
+        "a token from the new master is not above those handed out before"
+    );
+    bounded(STEP, "release", fresh_guard.release())
+        .await
+        .unwrap();
+
+    // The lost holds: their release says so.
+    for (g, name) in missed_guards.into_iter().zip(&missed) {
+        assert!(
+            matches!(
+                bounded(STEP, "release", g.release()).await,
+                Err(LockError::NotHeld { .. })
+            ),
+            "`{name}`: the release of a lost hold must say NotHeld"
+        );
+    }
+    // Waiters of the kept locks are woken by the release, well before the lease.
+    for w in &waiting_kept {
+        assert!(
+            !w.is_finished(),
+            "a waiter of a lock still held returned (got it, or gave up after 5 errors)"
+        );
+    }
+    for ((g, w), name) in kept_guards.into_iter().zip(waiting_kept).zip(&kept) {
+        let released = Instant::now();
+        bounded(STEP, "release", g.release())
+            .await
+            .unwrap_or_else(|e| panic!("`{name}`: {e}"));
+        let (result, errors) = bounded(STEP, "waiter", w).await.expect("waiter task");
+        let (next, at) = result.unwrap_or_else(|e| panic!("`{name}`: waiter: {e}"));
+        let woken = at.duration_since(released);
+        println!(
+            "`{name}` (kept): waiter woken {woken:?} after the release; {} errors on the way {:?}",
+            errors.len(),
+            errors.iter().take(1).collect::<Vec<_>>()
+        );
+        assert!(
+            woken < Duration::from_secs(3),
+            "`{name}`: waiter took {woken:?}: woken by the lease, not the release"
+        );
+        assert!(
+            next.fencing_token() > max_before,
+            "`{name}`: token went back"
+        );
+        bounded(STEP, "release", next.release()).await.unwrap();
+    }
+    // Waiters of the lost locks get them.
+    let mut got_missed = Vec::new();
+    for (w, name) in waiting_missed.into_iter().zip(&missed) {
+        let (result, errors) = bounded(STEP, "waiter", w).await.expect("waiter task");
+        let (next, at) = result.unwrap_or_else(|e| panic!("`{name}`: waiter: {e}"));
+        let after = at.duration_since(killed);
+        println!(
+            "`{name}` (missed): waiter got it {:.2} s after the kill (its holder was told \
+             {:.2} s after); {} errors on the way",
+            after.as_secs_f64(),
+            lost_after.as_secs_f64(),
+            errors.len()
+        );
+        assert!(
+            next.fencing_token() > max_before,
+            "`{name}`: token went back"
+        );
+        bounded(STEP, "release", next.release()).await.unwrap();
+        got_missed.push(after);
+    }
+    (promotion, got_missed)
+}
+
+/// The waiters of the locks the promotion lost get them soon after it, not at the end of the
+/// 15 s lease their holder had: within the promotion plus 6 s (redis-rs gives up on a request
+/// to the dead node after the 5 s response timeout; the waiter then retries).
+fn assert_missed_waiters_served(promotion: Duration, got: &[Duration]) {
+    for after in got {
+        assert!(
+            *after < promotion + Duration::from_secs(6),
+            "a waiter got a lock lost in the failover {after:?} after the kill, the promotion \
+             took {promotion:?}: it slept out the lost hold's 15 s lease"
+        );
+    }
+}
+
+/// Master 0 is every client's first seed, so the waiters' subscriber loses its node too: it
+/// moves to the next seed and wakes every waiter to retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_under_the_subscriber_loses_only_what_its_replica_missed() {
+    let (promotion, got) = kill_while_held(0).await;
+    assert_missed_waiters_served(promotion, &got);
+}
+
+/// Master 1 holds no subscriber: nothing tells the waiters of a lock the promotion lost that
+/// it is free, yet they must not sleep out the old 15 s lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runtime bug (liveness): a waiter of a lock lost with a killed master that did not \
+            host the subscriber is never told: no release is published, its holder learns the \
+            loss at ~5 s but says nothing, and the waiter sleeps until the PTTL it read before \
+            the kill (~15 s after)"]
+async fn waiters_of_a_lock_lost_with_a_killed_master_get_it_soon_after_the_promotion() {
+    let (promotion, got) = kill_while_held(1).await;
+    assert_missed_waiters_served(promotion, &got);
+}
