@@ -155,7 +155,11 @@ async fn run(shared: Weak<Shared>, pool: Arc<Pool>, url: String) {
         let results = tokio::time::timeout(limit, renew(&mut pool.get(), &batch))
             .await
             .unwrap_or_else(|_| vec![None; batch.len()]);
-        apply(&s, &batch, results, now, &url);
+        let gone = apply(&s, &batch, results, now, &url);
+        if !gone.is_empty() {
+            let limit = batch.iter().map(|h| h.lease / 3).min().unwrap_or_default();
+            let _ = tokio::time::timeout(limit, announce_gone(&mut pool.get(), gone)).await;
+        }
     }
 }
 
@@ -289,7 +293,15 @@ fn same_kind(a: &Hold, b: &Hold) -> bool {
     std::ptr::addr_eq(a.kind as *const dyn LockKind, b.kind as *const dyn LockKind)
 }
 
-fn apply(s: &Shared, batch: &[Arc<Hold>], results: Vec<Option<bool>>, sent_at: Instant, url: &str) {
+/// Records the renewals' outcomes; returns the channels of holds found gone.
+fn apply(
+    s: &Shared,
+    batch: &[Arc<Hold>],
+    results: Vec<Option<bool>>,
+    sent_at: Instant,
+    url: &str,
+) -> Vec<String> {
+    let mut gone = Vec::new();
     let mut entries = s.entries();
     let now = Instant::now();
     for (hold, result) in batch.iter().zip(results) {
@@ -307,6 +319,7 @@ fn apply(s: &Shared, batch: &[Arc<Hold>], results: Vec<Option<bool>>, sent_at: I
             Some(false) => {
                 hold.mark_lost("watchdog found the lock gone or owned by someone else");
                 entries.remove(&hold.id);
+                gone.push(hold.keys.channel.clone());
             }
             None if now >= hold.valid_until() => {
                 hold.mark_lost(&format!(
@@ -318,6 +331,24 @@ fn apply(s: &Shared, batch: &[Arc<Hold>], results: Vec<Option<bool>>, sent_at: I
                 // Try again soon: every failed round trip brings the validity deadline closer.
                 e.due = now + (hold.lease / 30).clamp(MIN_RETRY, Duration::from_millis(500));
             }
+        }
+    }
+    gone
+}
+
+/// Wakes the waiters of locks whose holds vanished without a release (Redis lost them in a
+/// restart or a failover): nobody published a release, so other processes' waiters would
+/// sleep until the PTTL they read before the loss. A waiter woken while someone else took the
+/// lock meanwhile just finds it held and waits again.
+async fn announce_gone(conn: &mut Conn, channels: Vec<String>) {
+    for channel in channels {
+        let sent: redis::RedisResult<i64> = redis::cmd("PUBLISH")
+            .arg(&channel)
+            .arg("released")
+            .query_async(conn)
+            .await;
+        if let Err(e) = sent {
+            tracing::debug!(%channel, error = %e, "dlock watchdog: could not wake the waiters of a lost lock");
         }
     }
 }

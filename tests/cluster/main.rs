@@ -74,11 +74,18 @@ pub async fn until_subscribed(cluster: &RedisCluster, channel: &str) {
 
 /// A cluster of 3 masters with 1 replica each for one test alone (it fails nodes over, or
 /// counts the commands each node serves). Started off the runtime's threads: it takes ~3 s.
-pub async fn own_cluster() -> RedisCluster {
-    tokio::task::spawn_blocking(|| RedisCluster::start(3, 1))
+///
+/// The tests that own a cluster run one at a time (hold the returned guard): two clusters
+/// failing over side by side on a 2-core machine starve each other's nodes of CPU (replicas
+/// time out and resync), and a killed node's port could be reused by the other cluster.
+pub async fn own_cluster() -> (RedisCluster, tokio::sync::MutexGuard<'static, ()>) {
+    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let turn = ONE_AT_A_TIME.lock().await;
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3, 1))
         .await
         .expect("cluster start task")
-        .expect("start a local redis cluster")
+        .expect("start a local redis cluster");
+    (cluster, turn)
 }
 
 /// `fut`, or a panic naming `what` if it takes longer than `limit`: no await in these tests

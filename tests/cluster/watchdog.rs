@@ -65,13 +65,9 @@ async fn until_renewed(lock: &dlock::Lock) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "runtime bugs: Call::invoke_on never sees NOSCRIPT (route_command returns server \
-            errors as Ok(Value::ServerError)), and Redis 7 refuses KEYS of several slots with \
-            CROSSSLOT whatever the script's flags: every per-node renewal fails and each tick \
-            falls back to one call per slot (~1,000 calls per node per tick here)"]
 async fn renewing_3000_locks_costs_one_call_per_node_and_500_keys_per_tick() {
     // Its own cluster: the counters must see this client's calls only.
-    let cluster = own_cluster().await;
+    let (cluster, _turn) = own_cluster().await;
     let masters = cluster.masters().expect("masters");
     let mut conns = Vec::new();
     for m in &masters {
