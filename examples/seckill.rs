@@ -1,9 +1,12 @@
-//! Flash sale ("seckill"): 10,000 buyers race for 1,000 units of one hot item, four ways.
+//! Flash sale ("seckill"): 10,000 buyers race for 1,000 units of one hot item, five ways.
 //!
 //! ```sh
 //! cargo run --release --example seckill               # starts a temporary redis-server
 //! cargo run --release --example seckill -- --help     # buyers, units, segments, ...
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run --release --example seckill
+//! cargo run --release --example seckill -- --cluster  # starts a temporary 3-master cluster
+//! REDIS_CLUSTER_URLS=redis://10.0.0.1:7000,redis://10.0.0.2:7000 \
+//!     cargo run --release --example seckill -- --cluster
 //! ```
 //!
 //! (a) no lock: read the stock, check it, write it back: the code many tutorials start from.
@@ -12,9 +15,13 @@
 //! (c) the stock in 16 keys with one `#[distributed_lock]` each: buyers queue per segment.
 //! (d) `dlock::SegmentedStock`: 16 segments on distinct cluster slots, one atomic script per
 //!     take, idempotent per order id, no lock to wait for.
+//! (e) the stock in one key, sold by a Lua script that checks and decrements it: where every
+//!     seckill article starts. On one server it is the honest baseline for (d) (both are one
+//!     atomic script per buyer); on a cluster all of it lands on one master.
 //!
 //! Prints a table (throughput, latency, sold, oversold, stock stranded while buyers were
-//! refused) and exits non-zero if a locked strategy oversells, strands stock, or fails.
+//! refused) and exits non-zero if a locked strategy oversells, strands stock, or fails. With
+//! `--cluster`, a second table gives the commands each master served during each strategy.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -26,18 +33,24 @@ mod run;
 #[path = "seckill/strategies.rs"]
 mod strategies;
 
+use std::future::Future;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use dlock::redis::aio::MultiplexedConnection;
 use dlock::testing::RedisServer;
-use dlock::{LockClient, SegmentedStock};
+use dlock::{LockClient, LockClientBuilder, SegmentedStock};
 
 use report::{thousands, Row};
+use run::Stats;
 use strategies::Shop;
+use support::cluster::{plain_connection, Cluster, Meter};
+use support::Db;
 
 #[derive(Parser, Debug)]
-#[command(about = "Flash sale: N buyers race for one hot item under four strategies")]
+#[command(about = "Flash sale: N buyers race for one hot item under five strategies")]
 struct Args {
     /// Buyers, each trying to buy one unit once.
     #[arg(long, default_value_t = 10_000)]
@@ -51,12 +64,31 @@ struct Args {
     /// Buyers in flight at once (a service's concurrency limit).
     #[arg(long, default_value_t = 256)]
     in_flight: usize,
-    /// Which strategies to run.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "a,b,c,d")]
+    /// Which strategies to run: (a) no lock, (b) one lock per item, (c) one lock per segment,
+    /// (d) SegmentedStock, (e) a Lua check-and-decrement of one key.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "a,b,c,d,e")]
     only: Vec<Strategy>,
-    /// Redis to use; unset: start a temporary redis-server for this run.
-    #[arg(long, env = "REDIS_URL")]
+    /// Redis to use; unset: start a temporary redis-server for this run. Ignored with
+    /// --cluster.
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     redis_url: Option<String>,
+    /// Run on a Redis Cluster instead of one server, and also print the commands each master
+    /// served during each strategy. Starts a temporary local cluster of 3 masters unless
+    /// --cluster-urls (REDIS_CLUSTER_URLS) names one.
+    #[arg(long)]
+    cluster: bool,
+    /// With --cluster: seed node URLs of an existing cluster, comma-separated.
+    #[arg(
+        long,
+        env = "REDIS_CLUSTER_URLS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    cluster_urls: Vec<String>,
+    /// With --cluster and no seed URLs: replicas per master of the temporary cluster. They
+    /// receive every write, so they cost the masters some throughput.
+    #[arg(long, default_value_t = 0)]
+    replicas: usize,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +97,7 @@ enum Strategy {
     B,
     C,
     D,
+    E,
 }
 
 const ITEM: &str = "hot-item";
@@ -84,6 +117,23 @@ async fn main() {
     std::process::exit(code);
 }
 
+/// The Redis this run uses. Temporary servers live as long as this does.
+struct Deployment {
+    /// Where the header line says the run is.
+    describe: String,
+    /// The PING round trip the report quotes: the server's, or the median of the masters'.
+    rtt: Duration,
+    /// Plain connections to every node holding keys (the server, or each master), to delete
+    /// this run's keys from at the end.
+    nodes: Vec<MultiplexedConnection>,
+    /// Counts commands per master (a cluster), or nothing (one server).
+    meter: Meter,
+    /// The masters' addresses, for the per-master table; empty on one server.
+    masters: Vec<String>,
+    _server: Option<RedisServer>,
+    _cluster: Option<Cluster>,
+}
+
 async fn sale(args: &Args) -> i32 {
     if args.buyers == 0 || args.units == 0 || args.in_flight == 0 {
         eprintln!("--buyers, --units and --in-flight must be at least 1");
@@ -93,57 +143,50 @@ async fn sale(args: &Args) -> i32 {
         eprintln!("--segments must be 1 to {}", dlock::MAX_SEGMENTS);
         return 2;
     }
-    let (url, _server, origin) = match &args.redis_url {
-        Some(url) => (url.clone(), None, "REDIS_URL"),
-        None => match RedisServer::start() {
-            Ok(server) => (server.url(), Some(server), "temporary redis-server"),
-            Err(e) => {
-                eprintln!("starting a temporary redis-server failed ({e}); set REDIS_URL");
-                return 2;
-            }
-        },
-    };
     // Every key of this run under one prefix: a shared Redis keeps runs apart, and cleanup
-    // is one SCAN.
+    // is one SCAN per node.
     let prefix = format!("seckill-{:08x}:", rand_u32());
-    let locks = match LockClient::builder(url.as_str())
-        .key_prefix(prefix.clone())
-        .build()
-        .await
-    {
-        Ok(locks) => locks,
+    let opened = if args.cluster {
+        open_cluster(args, &prefix).await
+    } else {
+        open_server(args, &prefix).await
+    };
+    let (shop, redis) = match opened {
+        Ok(opened) => opened,
         Err(e) => {
             eprintln!("{e}");
             return 2;
         }
     };
-    let db = dlock::redis::Client::open(url.as_str())
-        .expect("valid URL (the lock client accepted it)")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect (the lock client did)");
-    let shop = Shop { locks, db, prefix };
-    let rtt = support::ping_rtt(&url, 2000).await;
 
     println!(
-        "seckill: {} buyers, {} units of one item, {} in flight; redis {url} ({origin}); \
-         PING round trip {}",
+        "seckill: {} buyers, {} units of one item, {} in flight; {}",
         thousands(args.buyers as u64),
         thousands(args.units),
         args.in_flight,
-        report::latency(rtt)
+        redis.describe
     );
 
     let mut rows = Vec::new();
-    for strategy in [Strategy::A, Strategy::B, Strategy::C, Strategy::D] {
+    for strategy in [
+        Strategy::A,
+        Strategy::B,
+        Strategy::C,
+        Strategy::D,
+        Strategy::E,
+    ] {
         if args.only.contains(&strategy) {
-            rows.push(run_strategy(strategy, &shop, args).await);
+            rows.push(run_strategy(strategy, &shop, &redis.meter, args).await);
         }
     }
     println!();
-    report::print(&rows, args.units, rtt);
+    report::print(&rows, args.units, redis.rtt);
+    if !redis.masters.is_empty() {
+        println!();
+        report::print_per_master(&rows, &redis.masters);
+    }
 
-    cleanup(&shop).await;
+    cleanup(&shop.prefix, &redis.nodes).await;
     let failed: Vec<&str> = rows
         .iter()
         .filter(|r| r.locked && !r.problems(args.units).is_empty())
@@ -157,116 +200,243 @@ async fn sale(args: &Args) -> i32 {
     }
 }
 
-async fn run_strategy(strategy: Strategy, shop: &Shop, args: &Args) -> Row {
-    let (buyers, in_flight, units, n) = (args.buyers, args.in_flight, args.units, args.segments);
-    let shop = shop.clone();
+/// One server: `--redis-url` (`REDIS_URL`), or a temporary redis-server.
+async fn open_server(args: &Args, prefix: &str) -> Result<(Shop, Deployment), String> {
+    let (url, server, origin) = match &args.redis_url {
+        Some(url) => (url.clone(), None, "REDIS_URL"),
+        None => match RedisServer::start() {
+            Ok(server) => (server.url(), Some(server), "temporary redis-server"),
+            Err(e) => {
+                return Err(format!(
+                    "starting a temporary redis-server failed ({e}); set REDIS_URL"
+                ))
+            }
+        },
+    };
+    let locks = build(LockClient::builder(url.as_str()), prefix).await?;
+    let db = plain_connection(&url)
+        .await
+        .expect("connect (the lock client did)");
+    let rtt = support::ping_rtt(&url, 2000).await;
+    let shop = Shop {
+        locks,
+        db: Db::Single(db.clone()),
+        prefix: prefix.to_owned(),
+    };
+    let redis = Deployment {
+        describe: format!(
+            "redis {url} ({origin}); PING round trip {}",
+            report::latency(rtt)
+        ),
+        rtt,
+        nodes: vec![db],
+        meter: Meter::none(),
+        masters: Vec::new(),
+        _server: server,
+        _cluster: None,
+    };
+    Ok((shop, redis))
+}
+
+/// A cluster: `--cluster-urls` (`REDIS_CLUSTER_URLS`), or a temporary local one.
+async fn open_cluster(args: &Args, prefix: &str) -> Result<(Shop, Deployment), String> {
+    let cluster = Cluster::open(args.cluster_urls.clone(), args.replicas).await?;
+    let locks = build(cluster.lock_client(), prefix).await?;
+    let mut nodes = Vec::new();
+    let mut rtts = Vec::new();
+    for m in &cluster.masters {
+        let conn = plain_connection(&m.url).await;
+        nodes.push(conn.map_err(|e| format!("{}: {e}", m.addr))?);
+        rtts.push(support::ping_rtt(&m.url, 2000).await);
+    }
+    let each: Vec<String> = rtts.iter().map(|d| report::latency(*d)).collect();
+    let rtt = support::percentile(&mut rtts, 0.5);
+    let shop = Shop {
+        locks,
+        db: cluster.db().await,
+        prefix: prefix.to_owned(),
+    };
+    let redis = Deployment {
+        describe: format!(
+            "redis cluster {} ({}); PING round trip {} (median of the masters: {})",
+            cluster.addrs(),
+            cluster.origin,
+            report::latency(rtt),
+            each.join(", ")
+        ),
+        rtt,
+        nodes,
+        meter: Meter::new(&cluster.masters).await,
+        masters: cluster.masters.iter().map(|m| m.addr.clone()).collect(),
+        _server: None,
+        _cluster: Some(cluster),
+    };
+    Ok((shop, redis))
+}
+
+/// The lock client, all of its keys under this run's prefix.
+async fn build(builder: LockClientBuilder, prefix: &str) -> Result<LockClient, String> {
+    builder
+        .key_prefix(prefix)
+        .build()
+        .await
+        .map_err(|e| e.to_string())
+}
+
+async fn run_strategy(strategy: Strategy, shop: &Shop, meter: &Meter, args: &Args) -> Row {
     match strategy {
-        Strategy::A | Strategy::B => {
-            let (label, key, locked) = if strategy == Strategy::A {
-                ("(a) no lock: GET, then SET", "a", false)
-            } else {
-                ("(b) #[distributed_lock] per item", "b", true)
-            };
-            let key = format!("{ITEM}:{key}");
-            shop.set(&key, units).await.expect("set up the stock");
-            let s = shop.clone();
-            let stats = run::run(label, buyers, in_flight, units, move |_| {
-                let s = s.clone();
-                async move {
-                    if locked {
-                        strategies::lock_per_item(&s, ITEM).await
-                    } else {
-                        strategies::no_lock(&s, ITEM).await
-                    }
-                }
-            })
-            .await;
-            let remaining = shop.get(&key).await.expect("read the stock");
-            let books_balance = stats.sold as i64 + remaining == units as i64;
-            Row {
-                label,
-                locked,
-                stats,
-                remaining,
-                books_balance,
-            }
-        }
-        Strategy::C => {
-            let label = "(c) #[distributed_lock] per segment";
-            for seg in 0..n {
-                let share = units / u64::from(n) + u64::from(u64::from(seg) < units % u64::from(n));
-                shop.set(&format!("{ITEM}:c#{seg}"), share)
-                    .await
-                    .expect("set up the stock");
-            }
-            let drained: Arc<[AtomicBool]> = (0..n).map(|_| AtomicBool::new(false)).collect();
-            let s = shop.clone();
-            let stats = run::run(label, buyers, in_flight, units, move |buyer| {
-                let (s, drained) = (s.clone(), drained.clone());
-                async move { strategies::segment_locks(&s, ITEM, buyer, &drained).await }
-            })
-            .await;
-            let mut remaining = 0;
-            for seg in 0..n {
-                remaining += shop.get(&format!("{ITEM}:c#{seg}")).await.expect("read");
-            }
-            let books_balance = stats.sold as i64 + remaining == units as i64;
-            Row {
-                label,
-                locked: true,
-                stats,
-                remaining,
-                books_balance,
-            }
-        }
-        Strategy::D => {
-            let label = "(d) SegmentedStock";
-            let stock = SegmentedStock::new(&shop.locks, ITEM, n).expect("valid stock");
-            stock.reinit(units).await.expect("set up the stock");
-            let s = stock.clone();
-            let stats = run::run(label, buyers, in_flight, units, move |buyer| {
-                let s = s.clone();
-                async move { strategies::segmented_stock(&s, &format!("order-{buyer}")).await }
-            })
-            .await;
-            let audit = stock.audit().await.expect("audit");
-            let books_balance = audit.is_consistent() && audit.sold == stats.sold;
-            Row {
-                label,
-                locked: true,
-                stats,
-                remaining: audit.remaining as i64,
-                books_balance,
-            }
-        }
+        Strategy::A | Strategy::B | Strategy::E => one_key(strategy, shop, meter, args).await,
+        Strategy::C => segment_locks(shop, meter, args).await,
+        Strategy::D => segmented_stock(shop, meter, args).await,
     }
 }
 
-/// Deletes this run's keys (lock fencing counters, stock, order records).
-async fn cleanup(shop: &Shop) {
-    let mut conn = shop.db.clone();
+/// Runs the buyers, with the commands each master served meanwhile (the setup before and the
+/// books read after are not counted).
+async fn measured(meter: &Meter, buyers: impl Future<Output = Stats>) -> (Stats, Vec<u64>) {
+    let before = meter.read().await;
+    let stats = buyers.await;
+    let served = meter.served(&before).await;
+    (stats, served)
+}
+
+/// (a), (b) and (e): the stock in one counter key.
+async fn one_key(strategy: Strategy, shop: &Shop, meter: &Meter, args: &Args) -> Row {
+    let (label, key, locked) = match strategy {
+        Strategy::A => ("(a) no lock: GET, then SET", "a", false),
+        Strategy::B => ("(b) #[distributed_lock] per item", "b", true),
+        _ => ("(e) Lua GET > 0 then DECR, one key", "e", true),
+    };
+    let key = format!("{ITEM}:{key}");
+    shop.set(&key, args.units).await.expect("set up the stock");
+    if strategy == Strategy::E {
+        strategies::load_sell_script(shop)
+            .await
+            .expect("load the script");
+    }
+    let s = shop.clone();
+    let buyers = run::run(label, args.buyers, args.in_flight, args.units, move |_| {
+        let s = s.clone();
+        async move {
+            match strategy {
+                Strategy::A => strategies::no_lock(&s, ITEM).await,
+                Strategy::B => strategies::lock_per_item(&s, ITEM).await,
+                _ => strategies::lua_decrement(&s, ITEM).await,
+            }
+        }
+    });
+    let (stats, served) = measured(meter, buyers).await;
+    let remaining = shop.get(&key).await.expect("read the stock");
+    let books_balance = stats.sold as i64 + remaining == args.units as i64;
+    Row {
+        label,
+        locked,
+        stats,
+        remaining,
+        books_balance,
+        served,
+    }
+}
+
+/// (c): the stock in `--segments` counter keys, one lock each.
+async fn segment_locks(shop: &Shop, meter: &Meter, args: &Args) -> Row {
+    let label = "(c) #[distributed_lock] per segment";
+    let (units, n) = (args.units, args.segments);
+    for seg in 0..n {
+        let share = units / u64::from(n) + u64::from(u64::from(seg) < units % u64::from(n));
+        shop.set(&format!("{ITEM}:c#{seg}"), share)
+            .await
+            .expect("set up the stock");
+    }
+    let drained: Arc<[AtomicBool]> = (0..n).map(|_| AtomicBool::new(false)).collect();
+    let s = shop.clone();
+    let buyers = run::run(label, args.buyers, args.in_flight, units, move |buyer| {
+        let (s, drained) = (s.clone(), drained.clone());
+        async move { strategies::segment_locks(&s, ITEM, buyer, &drained).await }
+    });
+    let (stats, served) = measured(meter, buyers).await;
+    let mut remaining = 0;
+    for seg in 0..n {
+        remaining += shop.get(&format!("{ITEM}:c#{seg}")).await.expect("read");
+    }
+    let books_balance = stats.sold as i64 + remaining == units as i64;
+    Row {
+        label,
+        locked: true,
+        stats,
+        remaining,
+        books_balance,
+        served,
+    }
+}
+
+/// (d): `SegmentedStock` with `--segments` segments.
+async fn segmented_stock(shop: &Shop, meter: &Meter, args: &Args) -> Row {
+    let label = "(d) SegmentedStock";
+    let stock = SegmentedStock::new(&shop.locks, ITEM, args.segments).expect("valid stock");
+    stock.reinit(args.units).await.expect("set up the stock");
+    let s = stock.clone();
+    let buyers = run::run(
+        label,
+        args.buyers,
+        args.in_flight,
+        args.units,
+        move |buyer| {
+            let s = s.clone();
+            async move { strategies::segmented_stock(&s, &format!("order-{buyer}")).await }
+        },
+    );
+    let (stats, served) = measured(meter, buyers).await;
+    let audit = stock.audit().await.expect("audit");
+    let books_balance = audit.is_consistent() && audit.sold == stats.sold;
+    Row {
+        label,
+        locked: true,
+        stats,
+        remaining: audit.remaining as i64,
+        books_balance,
+        served,
+    }
+}
+
+/// Deletes this run's keys (lock fencing counters, stock, order records) from every node.
+async fn cleanup(prefix: &str, nodes: &[MultiplexedConnection]) {
+    for node in nodes {
+        cleanup_node(prefix, &mut node.clone()).await;
+    }
+}
+
+async fn cleanup_node(prefix: &str, conn: &mut MultiplexedConnection) {
     let mut cursor = 0u64;
     loop {
         let (next, keys): (u64, Vec<String>) = dlock::redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
-            .arg(format!("{}*", shop.prefix))
+            .arg(format!("{prefix}*"))
             .arg("COUNT")
             .arg(1000)
-            .query_async(&mut conn)
+            .query_async(conn)
             .await
             .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: Result<i64, _> = dlock::redis::cmd("UNLINK")
-                .arg(&keys)
-                .query_async(&mut conn)
-                .await;
-        }
+        unlink(conn, &keys).await;
         if next == 0 {
             break;
         }
         cursor = next;
     }
+}
+
+/// One UNLINK per key, pipelined: a cluster node refuses a multi-key UNLINK unless every key
+/// hashes to one slot.
+async fn unlink(conn: &mut MultiplexedConnection, keys: &[String]) {
+    if keys.is_empty() {
+        return;
+    }
+    let mut pipe = dlock::redis::pipe();
+    for key in keys {
+        pipe.cmd("UNLINK").arg(key).ignore();
+    }
+    let _: Result<(), _> = pipe.query_async(conn).await;
 }
 
 /// A run id without another dependency: the clock's nanoseconds mixed with the pid.

@@ -14,6 +14,8 @@ pub struct Row {
     pub remaining: i64,
     /// The stock's own books add up (sold + remaining == units; the audit for SegmentedStock).
     pub books_balance: bool,
+    /// Commands each master served while the buyers ran, by master (empty on one server).
+    pub served: Vec<u64>,
 }
 
 impl Row {
@@ -97,26 +99,10 @@ pub fn print(rows: &[Row], units: u64, rtt: Duration) {
          units left unsold while buyers were refused.",
         thousands(units)
     );
-    let base = rows.iter().find(|r| r.label.starts_with("(b)"));
-    if let Some(base) = base {
-        let ratios: Vec<String> = rows
-            .iter()
-            .filter(|r| r.label.starts_with("(c)") || r.label.starts_with("(d)"))
-            .map(|r| {
-                format!(
-                    "{} {:.1}x",
-                    &r.label[..3],
-                    r.stats.orders_per_sec() / base.stats.orders_per_sec()
-                )
-            })
-            .collect();
-        if !ratios.is_empty() {
-            println!(
-                "orders/s against one lock per item (b): {}.",
-                ratios.join(", ")
-            );
-        }
-    }
+    print_ratios(rows, "(b)", &["(c)", "(d)", "(e)"], "one lock per item");
+    // On one server the script on one key is the honest baseline for SegmentedStock: both are
+    // one atomic script per buyer, without a lock; only spreading over nodes can beat it.
+    print_ratios(rows, "(e)", &["(d)"], "the one-key Lua decrement");
     for r in rows {
         if let Some(e) = &r.stats.first_error {
             println!(
@@ -125,6 +111,69 @@ pub fn print(rows: &[Row], units: u64, rtt: Duration) {
             );
         }
     }
+}
+
+/// `orders/s against <what> (b): (c) 1.2x, (d) 3.4x.`, for the rows present.
+fn print_ratios(rows: &[Row], base: &str, others: &[&str], what: &str) {
+    let Some(base) = rows.iter().find(|r| r.label.starts_with(base)) else {
+        return;
+    };
+    let ratios: Vec<String> = rows
+        .iter()
+        .filter(|r| others.iter().any(|o| r.label.starts_with(o)))
+        .map(|r| {
+            format!(
+                "{} {:.1}x",
+                &r.label[..3],
+                r.stats.orders_per_sec() / base.stats.orders_per_sec()
+            )
+        })
+        .collect();
+    if !ratios.is_empty() {
+        println!(
+            "orders/s against {what} {}: {}.",
+            &base.label[..3],
+            ratios.join(", ")
+        );
+    }
+}
+
+/// The second table on a cluster: what each master served during each strategy, and the
+/// busiest master's share, which shows whether a strategy spreads or funnels into one node.
+pub fn print_per_master(rows: &[Row], masters: &[String]) {
+    let width = masters.iter().map(String::len).max().unwrap_or(0).max(9);
+    let mut head = format!("{:<36}", "commands served per master");
+    for m in masters {
+        head.push_str(&format!(" {m:>width$}"));
+    }
+    println!("{head} {:>8}", "busiest");
+    println!("{}", "-".repeat(36 + masters.len() * (width + 1) + 9));
+    for r in rows {
+        let mut line = format!("{:<36}", r.label);
+        for n in &r.served {
+            line.push_str(&format!(" {:>width$}", thousands(*n)));
+        }
+        println!("{line} {:>8}", busiest_share(&r.served));
+    }
+    println!();
+    println!(
+        "Counted on each master (INFO stats total_commands_processed) from just before the \
+         first buyer to just after the last; a script call counts 1 plus the commands it \
+         runs. busiest: the busiest master's share of the \
+         strategy's commands (spread evenly over {} masters: {:.0}%).",
+        masters.len(),
+        100.0 / masters.len().max(1) as f64
+    );
+}
+
+/// `100%`: the largest count's share of the total.
+fn busiest_share(served: &[u64]) -> String {
+    let total: u64 = served.iter().sum();
+    let max = served.iter().copied().max().unwrap_or(0);
+    if total == 0 {
+        return "-".into();
+    }
+    format!("{:.0}%", 100.0 * max as f64 / total as f64)
 }
 
 /// `1,234,567`.

@@ -1,10 +1,12 @@
-//! The four ways to sell one hot item, each as the code a service would run per buyer.
+//! The five ways to sell one hot item, each as the code a service would run per buyer.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::LazyLock;
 
-use dlock::redis::aio::MultiplexedConnection;
-use dlock::redis::{self, AsyncCommands};
+use dlock::redis::{self, AsyncCommands, Script};
 use dlock::{distributed_lock, LockClient, LockError, SegmentedStock, Take};
+
+use crate::support::Db;
 
 /// What a buyer is told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,11 +45,12 @@ impl std::fmt::Display for BuyError {
     }
 }
 
-/// What every strategy shares: the lock client and a plain connection for the stock keys.
+/// What every strategy shares: the lock client and a connection for the stock keys (to the
+/// one server, or routed per key over a cluster).
 #[derive(Clone)]
 pub struct Shop {
     pub locks: LockClient,
-    pub db: MultiplexedConnection,
+    pub db: Db,
     /// Prefix of this run's keys, so a shared Redis keeps runs apart.
     pub prefix: String,
 }
@@ -132,5 +135,44 @@ pub async fn segmented_stock(stock: &SegmentedStock, order_id: &str) -> Result<O
         Take::SoldOut => Outcome::Refused,
         // AlreadyTaken, GivenBack: every buyer here has its own order id and none retries.
         other => return Err(BuyError::Unexpected(other)),
+    })
+}
+
+/// Sells one unit of the stock counter in KEYS[1] if it has any left; 1 when sold, 0 when not.
+/// Redis runs a script alone, so the check and the decrement are one step: no two buyers can
+/// both see the last unit. A missing key reads as empty (`GET` answers false to Lua).
+static SELL_ONE_IF_LEFT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local left = tonumber(redis.call('GET', KEYS[1]) or '0')
+if left > 0 then
+    redis.call('DECR', KEYS[1])
+    return 1
+end
+return 0
+",
+    )
+});
+
+/// Loads (e)'s script before the buyers arrive, as a service would at start-up. Otherwise each
+/// of the first buyers in flight gets NOSCRIPT and loads it, and on a cluster redis-rs sends
+/// SCRIPT LOAD to every master: hundreds of commands on masters the strategy never uses.
+pub async fn load_sell_script(shop: &Shop) -> Result<(), BuyError> {
+    SELL_ONE_IF_LEFT.load_async(&mut shop.db.clone()).await?;
+    Ok(())
+}
+
+/// (e) The stock in one counter, sold by a script that checks and decrements it atomically:
+/// correct, one round trip per buyer, no lock to wait for; and every buyer of the item still
+/// lands on that one key, so on one node of a cluster.
+pub async fn lua_decrement(shop: &Shop, item: &str) -> Result<Outcome, BuyError> {
+    let sold: i64 = SELL_ONE_IF_LEFT
+        .key(shop.key(&format!("{item}:e")))
+        .invoke_async(&mut shop.db.clone())
+        .await?;
+    Ok(if sold == 1 {
+        Outcome::Sold
+    } else {
+        Outcome::Refused
     })
 }

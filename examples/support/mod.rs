@@ -2,9 +2,51 @@
 
 #![allow(dead_code)] // each example uses a different part
 
+pub mod cluster;
+
 use std::time::{Duration, Instant};
 
+use dlock::redis::aio::{ConnectionLike, MultiplexedConnection};
+use dlock::redis::cluster_async::ClusterConnection;
+use dlock::redis::{Cmd, Pipeline, RedisFuture, Value};
 use dlock::testing::RedisServer;
+
+/// A connection for the examples' own keys (stock counters, a shared counter): to the one
+/// server, or to a cluster, routing each command to its key's master. One type, so the code
+/// that uses it is the same in both modes.
+#[derive(Clone)]
+pub enum Db {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Db {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Db::Single(c) => c.req_packed_command(cmd),
+            Db::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Db::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Db::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Db::Single(c) => c.get_db(),
+            Db::Cluster(c) => c.get_db(),
+        }
+    }
+}
 
 /// `$REDIS_URL`, or a throw-away redis-server started for this run (kept alive by the
 /// returned handle, killed when it is dropped).
