@@ -202,6 +202,13 @@ async fn tokens_rise_after_promoting_a_replica_that_missed_the_last_acquires() {
         .await
         .expect("WAIT");
     assert_eq!(acked, 1, "the replica did not acknowledge the first cycles");
+    // WAIT can count a replica whose initial sync is still being applied: wait until the
+    // replica really serves the counter.
+    common::eventually(Duration::from_secs(10), "replica has the counter", || {
+        let (url, fence) = (replica.url(), fence.clone());
+        async move { fence_value(&url, &fence).await.is_some() }
+    })
+    .await;
 
     // ...and then loses its link: it is pointed at a port nobody listens on, so it stays a
     // replica with the data it has (a replica cut off by a partition), and misses the rest.

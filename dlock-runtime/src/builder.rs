@@ -86,7 +86,9 @@ impl LockClientBuilder {
 
     /// Command connections (multiplexed, auto-reconnecting), used round-robin; default 1. The
     /// client opens this many plus one pub/sub connection shared by all waiters, whatever the
-    /// number of waiters or held locks.
+    /// number of waiters or held locks, plus (when built on a multi-thread runtime, which then
+    /// drives the command connections) one connection its own thread drives for renewals and
+    /// clean-ups. A cluster client opens one multiplexed connection per node instead.
     pub fn connections(mut self, n: usize) -> Self {
         self.connections = n;
         self

@@ -164,18 +164,22 @@ impl Topology {
             return Ok(Pool::new(conns, None));
         }
         let front = open_managers(client.clone(), config.clone(), n).await?;
-        // Lazy: no socket until the caller's runtime is gone and they are first used. Made
-        // inside the client's runtime so redis-rs drives and reconnects them there.
-        let _inside = bg.handle().enter();
-        let back = (0..n)
-            .map(|_| {
-                ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
-                    .map(Conn::Single)
-            })
-            .collect::<redis::RedisResult<Vec<_>>>()?;
+        // Opened (so driven) on the client's thread: the watchdog, orphan clean-ups and
+        // background releases use them from there, so no caller runtime can stall a renewal,
+        // and commands move to them when the caller's runtime is gone. One is enough for
+        // background work; after a switch, every command shares it.
+        let back = bg.run(open_managers(client, config, 1)).await??;
         let alive = Arc::new(AtomicBool::new(true));
-        here.spawn(Canary(alive.clone()).watch());
-        Ok(Pool::new(back, Some((front, alive))))
+        let (canary, stop) = Canary::new(alive.clone());
+        here.spawn(canary.watch());
+        Ok(Pool::new(
+            back,
+            Some(Front {
+                conns: front,
+                alive,
+                _stop: stop,
+            }),
+        ))
     }
 
     /// The clients the waiters' subscriber connects with, asked at every (re)connect: the
@@ -245,12 +249,19 @@ async fn open_managers(
 }
 
 /// Lives on the runtime that drives the front connections; dropped (when that runtime shuts
-/// down and drops its tasks) it switches the pool over to the client's own connections.
-struct Canary(Arc<AtomicBool>);
+/// down and drops its tasks) it switches the pool over to the client's own connections. It
+/// ends with the pool (the sender `Pool` keeps), so dropped clients leave no task behind.
+struct Canary(Arc<AtomicBool>, tokio::sync::oneshot::Receiver<()>);
 
 impl Canary {
-    async fn watch(self) {
-        std::future::pending::<()>().await;
+    /// The canary and the sender whose drop ends its task.
+    fn new(alive: Arc<AtomicBool>) -> (Self, tokio::sync::oneshot::Sender<()>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (Canary(alive, rx), tx)
+    }
+
+    async fn watch(mut self) {
+        let _ = (&mut self.1).await;
     }
 }
 
@@ -260,17 +271,24 @@ impl Drop for Canary {
     }
 }
 
+/// Connections driven by the caller's runtime while it is alive (see [`Topology::open_pool`]).
+struct Front {
+    conns: Vec<Conn>,
+    alive: Arc<AtomicBool>,
+    /// Dropped with the pool: ends the canary's task.
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
 /// The command connections, used round-robin.
 pub(crate) struct Pool {
-    /// Driven by the caller's runtime while it is alive (see [`Topology::open_pool`]).
-    front: Option<(Vec<Conn>, Arc<AtomicBool>)>,
+    front: Option<Front>,
     /// Driven by the client's own thread.
     back: Vec<Conn>,
     next: AtomicUsize,
 }
 
 impl Pool {
-    fn new(back: Vec<Conn>, front: Option<(Vec<Conn>, Arc<AtomicBool>)>) -> Self {
+    fn new(back: Vec<Conn>, front: Option<Front>) -> Self {
         Pool {
             front,
             back,
@@ -283,11 +301,18 @@ impl Pool {
     /// relies on that; see `Conn`).
     pub(crate) fn get(&self) -> Conn {
         let conns = match &self.front {
-            Some((front, alive)) if alive.load(Ordering::Acquire) => front,
+            Some(front) if front.alive.load(Ordering::Acquire) => &front.conns,
             _ => &self.back,
         };
         let i = self.next.fetch_add(1, Ordering::Relaxed) % conns.len();
         conns[i].clone()
+    }
+
+    /// A connection driven by the client's own thread, for its background work (renewals,
+    /// clean-ups): no caller runtime, blocked or gone, can hold those back.
+    pub(crate) fn background(&self) -> Conn {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.back.len();
+        self.back[i].clone()
     }
 }
 

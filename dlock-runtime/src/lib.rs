@@ -33,7 +33,9 @@
 //! * **Waiting is event-driven**: tasks of one process queue locally per key (FIFO), the head
 //!   of the queue waits on one pub/sub connection shared by the whole client, woken by the
 //!   release message or at the holder's PTTL, whichever comes first. Connections: the command
-//!   connections (`connections`, default 1) plus one subscriber, whatever the waiter count.
+//!   connections (`connections`, default 1), one more driven by the client's own thread for
+//!   renewals and clean-ups when the command connections are driven by a multi-thread caller
+//!   runtime, and one subscriber, whatever the waiter count.
 //! * **Watchdog**: one task per client renews all held locks at a third of their lease, in one
 //!   round trip per tick (holds due within a twelfth of their lease share it). After a
 //!   connection was lost or replaced (Redis restarted, failed over, a frozen link), every hold

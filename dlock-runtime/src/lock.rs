@@ -253,8 +253,9 @@ impl Lock {
             // A crashed holder never publishes (nor does a release we cannot hear while the
             // subscription is unconfirmed): sleep at most until its lease ends. A lease of
             // unknown length (no TTL) is re-checked every `lease`.
-            let pttl = if pttl > 0 {
-                Duration::from_millis(pttl as u64)
+            // PTTL 0 is a key in its last millisecond (retry right away), -1 one without expiry.
+            let pttl = if pttl >= 0 {
+                Duration::from_millis(pttl.max(1) as u64)
             } else {
                 lease
             };
@@ -281,7 +282,14 @@ impl Lock {
             std::io::ErrorKind::TimedOut,
             format!("no reply to acquire within the wait ({waited:?}); a grant that arrives later is released"),
         );
-        self.redis_error("acquire", redis::RedisError::from(io))
+        // Built directly: a wait that ran out is not a broken connection, so it must not make
+        // the watchdog renew every hold (`Shared::redis_error` would).
+        LockError::Redis {
+            name: self.name.clone(),
+            op: "acquire",
+            url: self.shared.url.clone(),
+            source: redis::RedisError::from(io),
+        }
     }
 
     /// Re-enters a hold an enclosing scope owns: one more count on the same owner.

@@ -54,11 +54,22 @@ impl Drop for Orphan {
         };
         // Same connection as the acquire: Redis runs it after the acquire, if that was sent.
         let mut conn = self.conn.clone();
+        let mut fallback = self.shared.background_conn();
         let key = std::mem::take(&mut self.key);
         // On the client's thread, so a future dropped anywhere (a plain thread, a runtime
         // shutting down) is still cleaned up.
         self.shared.bg.spawn(async move {
-            match undo.invoke_async::<i64>(&mut conn).await {
+            let first = undo.invoke_async::<i64>(&mut conn).await;
+            // The acquire's connection may be gone with its runtime, or broken: try once more
+            // on the client's own connection. Owner-conditional, so it is safe to repeat.
+            let result = match first {
+                Err(e) if !matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    undo.invoke_async::<i64>(&mut fallback).await
+                }
+                other => other,
+            };
+            match result {
                 Ok(r) => tracing::debug!(%key, result = r, "dlock: cleaned up after a cancelled acquire"),
                 Err(e) => tracing::warn!(%key, error = %e, "dlock: clean-up of a cancelled acquire failed; a possible hold expires with its TTL"),
             }

@@ -23,6 +23,7 @@ pub(crate) struct Script {
 }
 
 /// One call of a script, built like redis-rs's `ScriptInvocation`.
+#[derive(Clone)]
 pub(crate) struct Call<'a> {
     script: &'a Script,
     keys: Vec<Vec<u8>>,

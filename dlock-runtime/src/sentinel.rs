@@ -7,6 +7,7 @@
 //! failover fail (an acquire is then cleaned up like a cancelled one, a release is retried, a
 //! renewal is retried until the hold's deadline); the next ones go to the new primary.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,6 +44,8 @@ pub(crate) struct Follower {
     spec: MasterSpec,
     current: Mutex<Current>,
     resolving: tokio::sync::Mutex<()>,
+    /// A resolution task is spawned or running: later kicks spawn nothing.
+    kicked: AtomicBool,
     bg: Handle,
 }
 
@@ -67,6 +70,7 @@ impl Follower {
             }),
             spec,
             resolving: tokio::sync::Mutex::new(()),
+            kicked: AtomicBool::new(false),
             bg,
         }))
     }
@@ -94,8 +98,14 @@ impl Follower {
     /// Asks the sentinels again in the background and switches to a new primary if they
     /// name one.
     pub(crate) fn kick(self: &Arc<Self>) {
+        if self.kicked.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let me = self.clone();
-        drop(self.bg.spawn(async move { me.follow().await }));
+        drop(self.bg.spawn(async move {
+            me.follow().await;
+            me.kicked.store(false, Ordering::Release);
+        }));
     }
 
     /// Resolves again; while the sentinels name no reachable primary (a failover under way),

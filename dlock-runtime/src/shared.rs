@@ -100,6 +100,11 @@ impl Shared {
         self.pool.get()
     }
 
+    /// A connection driven by the client's own thread (see `Pool::background`).
+    pub(crate) fn background_conn(&self) -> Conn {
+        self.pool.background()
+    }
+
     /// An id unique across every client and process: this client's random id plus a sequence
     /// number. Used for owners, release request ids and re-entry markers; a bare sequence
     /// number would let two clients answer each other's release from the latch.

@@ -98,7 +98,8 @@ impl SlotMap {
     }
 }
 
-fn by_slot(keys: &[&str]) -> Vec<(Option<NodeAddr>, Vec<usize>)> {
+/// `keys` by index, one group per slot, each sent the usual way (routed by its key).
+pub(crate) fn by_slot(keys: &[&str]) -> Vec<(Option<NodeAddr>, Vec<usize>)> {
     let mut slots: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
     for (i, key) in keys.iter().enumerate() {
         slots.entry(cluster_slot(key)).or_default().push(i);

@@ -29,6 +29,12 @@ const CHUNK: usize = 500;
 /// Shortest pause between failed renewals of one hold, and the shortest bound on a call.
 const MIN_RETRY: Duration = Duration::from_millis(20);
 
+/// Shortest pause between two "renew every hold now" passes.
+const RENEW_ALL_GAP: Duration = Duration::from_millis(100);
+
+/// Bound on learning a cluster's slot map within a tick; without it the tick renews per slot.
+const SLOT_MAP_BOUND: Duration = Duration::from_millis(500);
+
 struct Entry {
     hold: Arc<Hold>,
     /// False until the acquire reply arrived: nothing to renew yet.
@@ -46,6 +52,8 @@ struct Shared {
     /// wakes the task when its renewal falls due before that, which is rare: waking a task on
     /// every acquire would cost a cross-thread wake-up on the hot path.
     planned_wake: Mutex<Option<Instant>>,
+    /// When `renew_all_now` last scheduled every hold.
+    renewed_all: Mutex<Option<Instant>>,
 }
 
 impl Shared {
@@ -108,6 +116,18 @@ impl Watchdog {
     /// instead of at their next scheduled renewal.
     pub(crate) fn renew_all_now(&self) {
         let now = Instant::now();
+        {
+            // At most one pass per RENEW_ALL_GAP: a burst of failing commands asks once.
+            let mut last = self
+                .shared
+                .renewed_all
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if last.is_some_and(|t| now < t + RENEW_ALL_GAP) {
+                return;
+            }
+            *last = Some(now);
+        }
         let mut any = false;
         for e in self.shared.entries().values_mut().filter(|e| e.active) {
             e.due = now;
@@ -143,22 +163,16 @@ async fn run(shared: Weak<Shared>, pool: Arc<Pool>, url: String) {
             *s.planned_wake.lock().unwrap_or_else(|e| e.into_inner()) = None;
             continue;
         }
-        // A hung call must not hold back other renewals: give up on it when the first hold of
-        // the batch runs out of validity (a late success could not extend it any more anyway),
-        // and never wait longer than a third of the shortest lease.
-        let limit = batch
-            .iter()
-            .map(|h| (h.valid_until().saturating_duration_since(now)).min(h.lease / 3))
-            .min()
-            .unwrap_or_default()
-            .max(MIN_RETRY);
-        let results = tokio::time::timeout(limit, renew(&mut pool.get(), &batch))
+        // Every call carries its own bound (see `call_bound`), so a node that hangs costs only
+        // its own holds a retry; this outer bound only guards against a bug.
+        let outer = batch.iter().map(|h| h.lease / 3).max().unwrap_or_default() + SLOT_MAP_BOUND;
+        let results = tokio::time::timeout(outer, renew(&mut pool.background(), &batch))
             .await
             .unwrap_or_else(|_| vec![None; batch.len()]);
         let gone = apply(&s, &batch, results, now, &url);
         if !gone.is_empty() {
             let limit = batch.iter().map(|h| h.lease / 3).min().unwrap_or_default();
-            let _ = tokio::time::timeout(limit, announce_gone(&mut pool.get(), gone)).await;
+            let _ = tokio::time::timeout(limit, announce_gone(&mut pool.background(), gone)).await;
         }
     }
 }
@@ -201,7 +215,14 @@ fn due_now(s: &Shared, now: Instant) -> (Vec<Arc<Hold>>, Option<Instant>) {
 }
 async fn renew(conn: &mut Conn, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
     let keys: Vec<&str> = batch.iter().map(|h| h.keys.key.as_str()).collect();
-    let groups = conn.node_groups(&keys).await;
+    let groups = match tokio::time::timeout(SLOT_MAP_BOUND, conn.node_groups(&keys)).await {
+        Ok(groups) => groups,
+        // The node asked for the slot map does not answer: renew per slot this tick.
+        Err(_) => {
+            conn.slots_changed();
+            crate::slots::by_slot(&keys)
+        }
+    };
     let conn = &*conn;
     let calls = groups.into_iter().flat_map(|(node, idx)| {
         chunks(batch, idx).into_iter().map(move |idx| {
@@ -227,6 +248,33 @@ async fn renew_call(
     holds: &[Arc<Hold>],
     node: Option<NodeAddr>,
 ) -> Vec<Option<bool>> {
+    match tokio::time::timeout(call_bound(holds), renew_call_unbounded(conn, holds, node)).await {
+        Ok(out) => out,
+        Err(_) => vec![None; holds.len()],
+    }
+}
+
+/// How long one renew call may take: until the first of its holds runs out of validity (a
+/// later success could not extend it any more), at most a third of the shortest lease.
+fn call_bound(holds: &[Arc<Hold>]) -> Duration {
+    let now = Instant::now();
+    holds
+        .iter()
+        .map(|h| {
+            h.valid_until()
+                .saturating_duration_since(now)
+                .min(h.lease / 3)
+        })
+        .min()
+        .unwrap_or_default()
+        .max(MIN_RETRY)
+}
+
+async fn renew_call_unbounded(
+    conn: &mut Conn,
+    holds: &[Arc<Hold>],
+    node: Option<NodeAddr>,
+) -> Vec<Option<bool>> {
     let kind = holds[0].kind;
     let reply: redis::RedisResult<Vec<i64>> = match &node {
         Some(node) => match kind.renew(holds, true).invoke_on(conn, node).await {
@@ -248,6 +296,7 @@ async fn renew_call(
     }
 }
 
+/// One call per slot, sent together, each bounded on its own.
 async fn renew_per_slot(conn: &mut Conn, holds: &[Arc<Hold>]) -> Vec<Option<bool>> {
     let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
     for (i, h) in holds.iter().enumerate() {
@@ -256,14 +305,20 @@ async fn renew_per_slot(conn: &mut Conn, holds: &[Arc<Hold>]) -> Vec<Option<bool
             .or_default()
             .push(i);
     }
-    let mut out = vec![None; holds.len()];
-    for idx in by_slot.into_values() {
+    let conn = &*conn;
+    let calls = by_slot.into_values().map(|idx| {
+        let mut conn = conn.clone();
         let group: Vec<Arc<Hold>> = idx.iter().map(|&i| holds[i].clone()).collect();
-        let reply: redis::RedisResult<Vec<i64>> = kind_of(&group)
-            .renew(&group, false)
-            .invoke_async(conn)
-            .await;
-        if let Ok(v) = reply {
+        async move {
+            let call = kind_of(&group).renew(&group, false);
+            let bound = call_bound(&group);
+            let reply = tokio::time::timeout(bound, call.invoke_async::<Vec<i64>>(&mut conn)).await;
+            (idx, reply)
+        }
+    });
+    let mut out = vec![None; holds.len()];
+    for (idx, reply) in futures_util::future::join_all(calls).await {
+        if let Ok(Ok(v)) = reply {
             for (i, x) in idx.into_iter().zip(v) {
                 out[i] = Some(x == 1);
             }

@@ -35,6 +35,12 @@ local held = redis.pcall('HEXISTS', KEYS[1], ARGV[2])
 if type(held) == 'table' then
   return redis.error_reply('WRONGTYPE lock hash `' .. KEYS[1] .. '` holds a non-hash value')
 end
+if held == 1 and ARGV[4] ~= '1' then
+  -- A top-level acquire finds its own (fresh) owner id already there: this is the same
+  -- request run twice (a client re-sent it after a dropped connection). Answer as the first
+  -- run did, changing nothing: the counter still holds the token that run handed out.
+  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+end
 if held == 1 then
   -- The marker lets a cancelled re-entry be undone exactly once (undo_reentry.lua).
   if ARGV[4] == '1' then
