@@ -22,8 +22,89 @@
 //!
 //! The key is a template over the parameters, checked at compile time; the rendered key is the
 //! lock's name, so `pay` above takes the same lock as `client.lock("order:7")` for order 7.
-//! Options, defaults and the code the attribute writes are documented on [`distributed_lock`].
+//! Every option, its default, the code the attribute writes and the release and reentrancy
+//! rules are documented on [`distributed_lock`]. Inside the body, [`current_lock`] gives the
+//! lock's fencing token and lost signal.
+//!
+//! ## Before you rely on it
+//!
+//! [`guide`]: is a Redis lock enough for what you protect? Efficiency against correctness,
+//! fencing, failovers, persistence, and the supported Redis versions and deployments.
+//!
+//! ## Features
+//!
+//! * `testing`: the `testing` module (`RedisServer`, `RedisCluster`, `RedisSentinel`), throw-away
+//!   Redis deployments for your own tests. Needs `redis-server` on the `PATH`.
 
 pub use dlock_runtime::*;
 
 pub use dlock_macros::distributed_lock;
+
+pub mod guide;
+
+/// What the code `#[distributed_lock]` writes calls; not an API, may change in any release.
+#[doc(hidden)]
+pub mod __private {
+    /// The function's return type, seen as a `Result`. The generated code builds its `Err`
+    /// through this trait when the return type is not spelled `Result<T, E>` (`io::Result<T>`,
+    /// an alias), so a type that only looks like a result (`SearchResult`) gets one message
+    /// saying what is wrong instead of two type mismatches pointing at the attribute.
+    #[diagnostic::on_unimplemented(
+        message = "#[distributed_lock] needs the function to return a `Result<T, E>`, and `{Self}` is not one",
+        label = "not a `Result`",
+        note = "when the lock cannot be taken the function returns `Err(..)` instead of running the body, so its return type must be a `Result` (or an alias of one)"
+    )]
+    pub trait LockResult: Sized {
+        /// The `E` of `Result<T, E>`.
+        type Error;
+        /// `Err(e)`.
+        fn from_error(e: Self::Error) -> Self;
+    }
+
+    impl<T, E> LockResult for Result<T, E> {
+        type Error = E;
+        fn from_error(e: E) -> Self {
+            Err(e)
+        }
+    }
+
+    /// The receiver type's name as it appears in a default key: `type_name` with every path
+    /// shortened to its last segment (`my_app::jobs::Cleanup<alloc::string::String>` ->
+    /// `Cleanup<String>`), so moving a type between modules does not change its keys, while
+    /// two types (or two instances of one generic type) never share one.
+    pub fn type_key<T: ?Sized>() -> String {
+        let full = std::any::type_name::<T>();
+        let mut out = String::with_capacity(full.len());
+        let mut segment = String::new();
+        let mut chars = full.chars().peekable();
+        while let Some(c) = chars.next() {
+            if c == ':' && chars.peek() == Some(&':') {
+                // A path separator: what came before was a module, drop it.
+                chars.next();
+                segment.clear();
+            } else if c.is_alphanumeric() || c == '_' {
+                segment.push(c);
+            } else {
+                out.push_str(&segment);
+                segment.clear();
+                out.push(c);
+            }
+        }
+        out.push_str(&segment);
+        out
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn type_keys() {
+            struct Cleanup;
+            assert_eq!(super::type_key::<Cleanup>(), "Cleanup");
+            assert_eq!(super::type_key::<Vec<String>>(), "Vec<String>");
+            assert_eq!(
+                super::type_key::<(u8, Option<std::vec::Vec<Cleanup>>)>(),
+                "(u8, Option<Vec<Cleanup>>)"
+            );
+        }
+    }
+}

@@ -45,6 +45,61 @@ async fn checkout(
     Ok(format!("cart {cart} checked out under its lock: {held}"))
 }
 
+/// axum's usual error type: a tuple, which cannot implement `From<LockError>` in this crate
+/// (orphan rule), so the lock error is mapped by a function instead.
+fn lock_to_http(e: LockError) -> (StatusCode, String) {
+    let status = match e {
+        LockError::Timeout { .. } => StatusCode::CONFLICT,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (status, e.to_string())
+}
+
+#[distributed_lock(key = "refund:{id}", client = state.locks, wait = "0s", map_err = lock_to_http)]
+async fn refund(
+    State(state): State<AppState>,
+    Path(id): Path<u64>,
+) -> Result<String, (StatusCode, String)> {
+    if id == 0 {
+        return Err((StatusCode::BAD_REQUEST, "no order 0".to_owned()));
+    }
+    Ok(format!("refunded {id}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn map_err_turns_lock_errors_into_tuple_responses() {
+    let redis = RedisServer::start().unwrap();
+    let locks = LockClient::connect(&redis.url()).await.unwrap();
+    let app = Router::new()
+        .route("/orders/{id}/refund", post(refund))
+        .with_state(AppState {
+            locks: locks.clone(),
+        });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let url = |id: u64| format!("http://{addr}/orders/{id}/refund");
+
+    let ok = http.post(url(9)).send().await.unwrap();
+    assert_eq!(ok.status(), 200);
+    assert_eq!(ok.text().await.unwrap(), "refunded 9");
+    // The body's own tuple errors pass through untouched.
+    let bad = http.post(url(0)).send().await.unwrap();
+    assert_eq!(bad.status(), 400);
+
+    let other = locks.lock("refund:9").acquire().await.unwrap();
+    let busy = http.post(url(9)).send().await.unwrap();
+    assert_eq!(busy.status(), 409);
+    assert!(busy.text().await.unwrap().contains("refund:9"));
+    other.release().await.unwrap();
+
+    server.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn annotated_fn_is_a_handler() {
     let redis = RedisServer::start().unwrap();

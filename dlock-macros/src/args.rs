@@ -15,13 +15,27 @@ mod kw {
     syn::custom_keyword!(wait);
     syn::custom_keyword!(lease);
     syn::custom_keyword!(client);
+    syn::custom_keyword!(on_busy);
+    syn::custom_keyword!(map_err);
 }
 
 /// The option names, in the order the error message lists them.
-pub(crate) const OPTIONS: &[&str] = &["key", "ttl", "wait", "lease", "client", "crate"];
+pub(crate) const OPTIONS: &[&str] = &[
+    "key", "ttl", "wait", "lease", "client", "on_busy", "map_err", "crate",
+];
+
+/// What the function returns when the lock stays held by another owner for the whole `wait`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnBusy {
+    /// `Err(LockError::Timeout)`, converted: the default.
+    Error,
+    /// `Ok(None)`: "another node is doing it", for `Result<Option<T>, E>` functions.
+    Skip,
+}
 
 /// A duration option, already converted to milliseconds at compile time.
 pub(crate) struct DurationArg {
+    /// [`FOREVER`] for `wait = "forever"`.
     pub(crate) millis: u64,
     /// The string literal it came from.
     pub(crate) span: Span,
@@ -37,6 +51,10 @@ pub(crate) struct Args {
     pub(crate) wait: Option<DurationArg>,
     pub(crate) lease: Option<DurationArg>,
     pub(crate) client: Option<Expr>,
+    /// `on_busy = "skip"`, with the literal's span for the return-type check.
+    pub(crate) on_busy: Option<(OnBusy, Span)>,
+    /// `map_err = path::to::fn`: converts the `LockError` instead of `From`.
+    pub(crate) map_err: Option<Expr>,
     /// `crate = "..."`: the path the generated code uses instead of `::dlock`.
     pub(crate) krate: Option<Path>,
     /// Mistakes that left the rest readable (unknown, repeated or invalid options). Kept apart
@@ -84,6 +102,50 @@ impl Parse for Args {
                 input.parse::<kw::client>()?;
                 let expr = value(input, "client", name_span, |i| i.parse::<Expr>())?;
                 set(&mut args.client, expr, "client", name_span, &mut errors);
+            } else if lookahead.peek(kw::on_busy) {
+                input.parse::<kw::on_busy>()?;
+                let lit = value(input, "on_busy", name_span, |i| {
+                    lit_str(i, "on_busy", "\"skip\"")
+                })?;
+                let mode = match lit.value().as_str() {
+                    "skip" => Some(OnBusy::Skip),
+                    "error" => Some(OnBusy::Error),
+                    other => {
+                        errors.push(syn::Error::new(
+                            lit.span(),
+                            format!(
+                                "`on_busy = {other:?}`: write `on_busy = \"skip\"` (return \
+                                 `Ok(None)` when the lock stays busy) or `on_busy = \"error\"` \
+                                 (return the timeout as an error, the default)"
+                            ),
+                        ));
+                        None
+                    }
+                };
+                if let Some(mode) = mode {
+                    set(
+                        &mut args.on_busy,
+                        (mode, lit.span()),
+                        "on_busy",
+                        name_span,
+                        &mut errors,
+                    );
+                }
+            } else if lookahead.peek(kw::map_err) {
+                input.parse::<kw::map_err>()?;
+                let expr = value(input, "map_err", name_span, |i| i.parse::<Expr>())?;
+                set(&mut args.map_err, expr, "map_err", name_span, &mut errors);
+            } else if input.peek(LitStr) {
+                // `#[distributed_lock("order:{id}")]`: clearly a key; say how to write it.
+                let lit: LitStr = input.parse()?;
+                errors.push(syn::Error::new(
+                    lit.span(),
+                    format!(
+                        "options are named: write `key = {:?}` (the options are {})",
+                        lit.value(),
+                        listing()
+                    ),
+                ));
             } else if lookahead.peek(Token![crate]) {
                 input.parse::<Token![crate]>()?;
                 let lit = value(input, "crate", name_span, |i| {
@@ -197,6 +259,8 @@ fn example(name: &str) -> &'static str {
         "wait" => "`wait = \"5s\"`",
         "lease" => "`lease = \"10s\"`",
         "client" => "`client = self.locks`",
+        "on_busy" => "`on_busy = \"skip\"`",
+        "map_err" => "`map_err = to_http_error`",
         _ => "`crate = \"::dlock\"`",
     }
 }
@@ -221,6 +285,14 @@ fn duration_option(
 ) -> syn::Result<()> {
     let lit = value(input, name, name_span, |i| lit_str(i, name, "\"30s\""))?;
     match parse_duration(&lit.value()) {
+        Ok(FOREVER) if name != "wait" => errors.push(syn::Error::new(
+            lit.span(),
+            format!(
+                "`{name} = \"forever\"`: only `wait` can be forever; a lease must end, or a \
+                 crashed holder would keep the lock for good (the watchdog renews `ttl` while \
+                 the body runs, however long that is)"
+            ),
+        )),
         Ok(0) if name != "wait" => errors.push(syn::Error::new(
             lit.span(),
             format!("`{name}` must be longer than zero: a lock whose lease is zero is never held"),
@@ -244,36 +316,134 @@ fn duration_option(
     Ok(())
 }
 
-/// `"250ms"`, `"30s"`, `"2m"`, `"1h"` -> milliseconds. Nothing else: one number and one unit
-/// keeps the syntax obvious, and the value is checked here rather than at run time.
+/// `wait = "forever"`: wait as long as it takes (`Duration::MAX` at run time).
+pub(crate) const FOREVER: u64 = u64::MAX;
+
+const HINT: &str = "write a number and a unit, e.g. \"250ms\", \"1.5s\", \"30s\", \"2m\", \
+                    \"2min\", \"1h30m\"";
+
+/// The units a duration may use, largest first, and their length in milliseconds.
+const UNITS: &[(&str, u64)] = &[
+    ("h", 3_600_000),
+    ("min", 60_000),
+    ("m", 60_000),
+    ("s", 1_000),
+    ("ms", 1),
+];
+
+/// `"250ms"`, `"1.5s"`, `"2min"`, `"1h30m"` -> milliseconds (`"forever"` -> [`FOREVER`]).
+///
+/// Written here rather than taken from a crate: humantime, the usual choice, takes no fractions
+/// (`"1.5s"`) and takes months and years, whose length is a matter of opinion; the grammar
+/// below is short, and a proc macro without dependencies keeps users' builds short too. Parts
+/// go from the largest unit down, each unit at most once, and must add up to whole
+/// milliseconds (Redis leases are whole milliseconds).
 pub(crate) fn parse_duration(text: &str) -> Result<u64, String> {
-    const HINT: &str = "write a whole number and a unit, e.g. \"250ms\", \"30s\", \"2m\" or \"1h\"";
-    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    let (number, unit) = text.split_at(digits);
-    if number.is_empty() {
+    if text == "forever" {
+        return Ok(FOREVER);
+    }
+    if text.is_empty() {
         return Err(HINT.to_owned());
     }
-    let scale: u64 = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "" => return Err(format!("the unit is missing; {HINT}")),
-        other if other.starts_with('.') => {
+    let mut total: u64 = 0;
+    let mut rest = text;
+    // Index in UNITS of the last unit used: the next one must be smaller.
+    let mut last: Option<usize> = None;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(if rest.starts_with(' ') {
+                format!("no spaces in a duration; {HINT}")
+            } else if rest.starts_with('-') {
+                format!("a duration cannot be negative; {HINT}")
+            } else {
+                HINT.to_owned()
+            });
+        }
+        let (whole, after) = rest.split_at(digits);
+        let (fraction, after) = match after.strip_prefix('.') {
+            Some(f) => {
+                let n = f.bytes().take_while(u8::is_ascii_digit).count();
+                if n == 0 {
+                    return Err(format!("a digit must follow the `.`; {HINT}"));
+                }
+                f.split_at(n)
+            }
+            None => ("", after),
+        };
+        let unit_len = after.bytes().take_while(u8::is_ascii_alphabetic).count();
+        let (unit, after) = after.split_at(unit_len);
+        let Some(index) = UNITS.iter().position(|&(u, _)| u == unit) else {
+            return Err(match unit {
+                "" if after.starts_with(' ') => format!("no spaces in a duration; {HINT}"),
+                "" => format!(
+                    "the unit is missing after `{whole}{}`; {HINT}",
+                    dot(fraction)
+                ),
+                _ => format!("unknown unit `{unit}`; {HINT}"),
+            });
+        };
+        // "m" and "min" are one unit.
+        let rank = if unit == "m" { index - 1 } else { index };
+        if last.is_some_and(|l| rank <= l) {
             return Err(format!(
-                "fractions are not supported; use a smaller unit ({HINT})"
-            ))
+                "`{unit}` comes after a unit at least as small; write the parts from the \
+                 largest unit down, each once, e.g. \"1h30m\""
+            ));
         }
-        other if other.starts_with(' ') => {
-            return Err(format!("no space between the number and the unit; {HINT}"))
+        last = Some(rank);
+        let scale = UNITS[index].1;
+        let too_long = || "the duration is too long to count in milliseconds".to_owned();
+        let mut part = whole
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(scale))
+            .ok_or_else(too_long)?;
+        if !fraction.is_empty() {
+            // Exact decimal arithmetic: 1.5s is 1500 ms, and 0.0001s is refused, not rounded.
+            let denominator = u32::try_from(fraction.len())
+                .ok()
+                .and_then(|n| 10u64.checked_pow(n))
+                .ok_or_else(|| format!("too many decimals in `{whole}.{fraction}{unit}`"))?;
+            let numerator = fraction
+                .parse::<u64>()
+                .ok()
+                .and_then(|n| n.checked_mul(scale))
+                .ok_or_else(|| format!("too many decimals in `{whole}.{fraction}{unit}`"))?;
+            if numerator % denominator != 0 {
+                return Err(format!(
+                    "`{whole}.{fraction}{unit}` is not a whole number of milliseconds; leases \
+                     and waits are counted in whole milliseconds"
+                ));
+            }
+            part = part
+                .checked_add(numerator / denominator)
+                .ok_or_else(too_long)?;
         }
-        other => return Err(format!("unknown unit `{other}`; {HINT}")),
-    };
-    number
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(scale))
-        .ok_or_else(|| "the duration is too long to count in milliseconds".to_owned())
+        total = total.checked_add(part).ok_or_else(too_long)?;
+        rest = after;
+    }
+    if total == FOREVER {
+        return Err("the duration is too long to count in milliseconds".to_owned());
+    }
+    Ok(total)
+}
+
+fn dot(fraction: &str) -> String {
+    if fraction.is_empty() {
+        String::new()
+    } else {
+        format!(".{fraction}")
+    }
+}
+
+/// "`key`, `ttl`, ...": every option, for messages.
+fn listing() -> String {
+    OPTIONS
+        .iter()
+        .map(|o| format!("`{o}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// An option we do not know: report it with the valid names (and the closest one), then skip
@@ -281,12 +451,7 @@ pub(crate) fn parse_duration(text: &str) -> Result<u64, String> {
 fn unknown_option(input: ParseStream) -> syn::Result<syn::Error> {
     let name = input.call(<syn::Ident as syn::ext::IdentExt>::parse_any)?;
     let text = name.to_string();
-    let valid = OPTIONS
-        .iter()
-        .map(|o| format!("`{o}`"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut msg = format!("unknown option `{text}`; the options are {valid}");
+    let mut msg = format!("unknown option `{text}`; the options are {}", listing());
     if let Some(best) = crate::key::closest(&text, OPTIONS.iter().copied()) {
         msg.push_str(&format!("; did you mean `{best}`?"));
     }
@@ -332,20 +497,35 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(250));
         assert_eq!(parse_duration("30s"), Ok(30_000));
         assert_eq!(parse_duration("2m"), Ok(120_000));
+        assert_eq!(parse_duration("2min"), Ok(120_000));
         assert_eq!(parse_duration("1h"), Ok(3_600_000));
+        assert_eq!(parse_duration("1h30m"), Ok(5_400_000));
+        assert_eq!(parse_duration("1h30min15s250ms"), Ok(5_415_250));
+        assert_eq!(parse_duration("1.5s"), Ok(1_500));
+        assert_eq!(parse_duration("0.25s"), Ok(250));
+        assert_eq!(parse_duration("1.5h"), Ok(5_400_000));
         assert_eq!(parse_duration("0s"), Ok(0));
-        for bad in [
-            "",
-            "s",
-            "30",
-            "1.5s",
-            "30 s",
-            "-1s",
-            "30sec",
-            "1d",
-            "99999999999999999999h",
+        assert_eq!(parse_duration("forever"), Ok(FOREVER));
+        for (bad, why) in [
+            ("", "write a number and a unit"),
+            ("s", "write a number and a unit"),
+            ("30", "the unit is missing after `30`"),
+            ("1.5", "the unit is missing after `1.5`"),
+            ("1.s", "a digit must follow"),
+            ("30 s", "no spaces"),
+            ("1h 30m", "no spaces"),
+            ("-1s", "cannot be negative"),
+            ("30sec", "unknown unit `sec`"),
+            ("1d", "unknown unit `d`"),
+            ("30m1h", "from the largest unit down"),
+            ("1m2min", "from the largest unit down"),
+            ("0.0001s", "not a whole number of milliseconds"),
+            ("1.5ms", "not a whole number of milliseconds"),
+            ("99999999999999999999h", "too long"),
+            ("5124095576030431h", "too long"),
         ] {
-            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+            let e = parse_duration(bad).expect_err(bad);
+            assert!(e.contains(why), "{bad:?}: {e}");
         }
     }
 
@@ -375,7 +555,7 @@ mod tests {
         assert!(e.contains("unknown option `ky`"), "{e}");
         assert!(e.contains("did you mean `key`"), "{e}");
         assert!(
-            e.contains("`key`, `ttl`, `wait`, `lease`, `client`, `crate`"),
+            e.contains("`key`, `ttl`, `wait`, `lease`, `client`, `on_busy`, `map_err`, `crate`"),
             "{e}"
         );
         assert!(e.contains("unknown unit `x`"), "{e}");
@@ -393,5 +573,12 @@ mod tests {
         assert!(err(r#"ttl = "1s", lease = "1s""#).contains("cannot be used together"));
         assert!(err(r#"key = "a" ttl = "1s""#).contains("expected `,`"));
         assert!(err(r#"crate = "not a path""#).contains("is not a path"));
+        assert!(err(r#""order:{id}""#).contains("write `key = \"order:{id}\"`"));
+        assert!(err(r#"on_busy = "wait""#).contains("`on_busy = \"skip\"`"));
+        assert!(err(r#"ttl = "forever""#).contains("only `wait` can be forever"));
+        let a = parse(r#"wait = "forever", on_busy = "skip", map_err = to_http"#).unwrap();
+        assert_eq!(a.wait.unwrap().millis, FOREVER);
+        assert!(a.on_busy.unwrap().0 == OnBusy::Skip);
+        assert!(a.map_err.is_some());
     }
 }

@@ -12,7 +12,7 @@ use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
 use syn::{AttrStyle, GenericArgument, ItemFn, Path, PathArguments, ReturnType, Type};
 
-use crate::args::{Args, DurationArg, Errors};
+use crate::args::{Args, DurationArg, Errors, OnBusy, FOREVER};
 use crate::key::Template;
 
 /// Parses the attribute and the item and writes the new item.
@@ -53,6 +53,13 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
             .unwrap_or(None),
         None => None,
     };
+    if let (Some(args), Ok(site)) = (&args, &error_site) {
+        if let Some((OnBusy::Skip, span)) = args.on_busy {
+            check_skip(site, span, &func.sig.output)
+                .map_err(|e| errors.push(e))
+                .ok();
+        }
+    }
     errors.finish()?;
     let (Some(args), Ok(error_site)) = (args, error_site) else {
         unreachable!("errors were reported above");
@@ -102,6 +109,12 @@ fn last_segment(ty: &Type) -> Option<&syn::PathSegment> {
 
 /// Where the lock error is converted into the function's error type.
 struct ErrorSite {
+    /// The return type is spelled `Result<..>`; anything else (`io::Result<T>`, `JobResult`)
+    /// may be an alias or may not be a `Result` at all, so its `Err` is built through
+    /// `__private::LockResult`, which says so when it is not one.
+    spelled_result: bool,
+    /// `T` of `Result<T, E>`, when written out (checked by `on_busy = "skip"`).
+    ok: Option<Type>,
     /// What rustc blames when the error type has no `From<LockError>`: the `E` of
     /// `Result<T, E>` when written out, else the whole return type (`io::Result<T>`).
     span: Span,
@@ -128,7 +141,7 @@ fn error_site(sig: &syn::Signature) -> syn::Result<ErrorSite> {
     let Some(last) = last_segment(ty).filter(|s| s.ident.to_string().ends_with("Result")) else {
         return Err(syn::Error::new_spanned(ty, HOW));
     };
-    let error_type = match &last.arguments {
+    let type_args: Vec<&Type> = match &last.arguments {
         PathArguments::AngleBracketed(a) => a
             .args
             .iter()
@@ -136,13 +149,38 @@ fn error_site(sig: &syn::Signature) -> syn::Result<ErrorSite> {
                 GenericArgument::Type(t) => Some(t),
                 _ => None,
             })
-            .nth(1),
-        _ => None,
+            .collect(),
+        _ => Vec::new(),
     };
+    let error_type = type_args.get(1).copied();
     Ok(ErrorSite {
+        spelled_result: last.ident == "Result",
+        ok: type_args.first().map(|t| (*t).clone()),
         span: error_type.map_or_else(|| ty.span(), Spanned::span),
         ty: error_type.filter(|t| !contains_impl_or_infer(t)).cloned(),
     })
+}
+
+/// `on_busy = "skip"` answers `Ok(None)`: the `T` of `Result<T, E>` must be an `Option`.
+fn check_skip(site: &ErrorSite, span: Span, output: &ReturnType) -> syn::Result<()> {
+    if site
+        .ok
+        .as_ref()
+        .and_then(last_segment)
+        .is_some_and(|s| s.ident == "Option")
+    {
+        return Ok(());
+    }
+    let message = "`on_busy = \"skip\"` returns `Ok(None)` when another owner keeps the lock \
+                   for the whole `wait`, so the function must return `Result<Option<T>, E>`: \
+                   wrap the value in `Option`, or leave `on_busy` out to get \
+                   `Err(LockError::Timeout)` instead";
+    // At the return type, the thing to change; at the option when there is none.
+    let err = match output {
+        ReturnType::Type(_, ty) => syn::Error::new_spanned(ty, message),
+        ReturnType::Default => syn::Error::new(span, message),
+    };
+    Err(err)
 }
 
 fn contains_impl_or_infer(ty: &Type) -> bool {
@@ -184,17 +222,40 @@ fn generate(
     let ret = syn::Ident::new("__dlock_ret", m);
     let acquired = syn::Ident::new("__dlock_acquired", m);
 
+    // Pin the body's type like async-trait does, so `?` and `.into()` inside it still infer.
+    let ret_ty = match &sig.output {
+        ReturnType::Type(_, ty) => {
+            let mut ty = (**ty).clone();
+            ImplTraitToInfer.visit_type_mut(&mut ty);
+            quote!(#ty)
+        }
+        ReturnType::Default => quote!(()),
+    };
+
     // Spanned at the `E` of `Result<T, E>` and naming it when written out: without
     // `From<LockError>` rustc then blames the user's error type, not the attribute.
     let error_span = error_site.span;
-    let convert = match &error_site.ty {
-        Some(e) => quote_spanned! {error_span=>
+    let convert = match (&args.map_err, &error_site.ty) {
+        // The user's function: a type mismatch is then reported at their path.
+        (Some(map), _) => quote_spanned! {map.span()=> (#map) },
+        (None, Some(e)) => quote_spanned! {error_span=>
             <#e as ::core::convert::From<#krate::LockError>>::from
         },
-        None => quote_spanned! {error_span=> ::core::convert::From::from },
+        (None, None) => quote_spanned! {error_span=> ::core::convert::From::from },
     };
-    let lock_failed = quote_spanned! {error_span=>
-        ::core::result::Result::Err(#convert(#err))
+    // With `map_err`, the whole conversion is the user's function's: a type mismatch is then
+    // reported there alone, not stretched from the option to the return type.
+    let err_span = args.map_err.as_ref().map_or(error_span, Spanned::span);
+    let lock_failed = if error_site.spelled_result {
+        quote_spanned! {err_span=> ::core::result::Result::Err(#convert(#err)) }
+    } else {
+        let ret_span = match &sig.output {
+            ReturnType::Type(_, ty) => ty.span(),
+            ReturnType::Default => error_span,
+        };
+        quote_spanned! {ret_span=>
+            <#ret_ty as #krate::__private::LockResult>::from_error(#convert(#err))
+        }
     };
 
     let key_expr = match template {
@@ -202,8 +263,23 @@ fn generate(
         None => {
             let name = sig.ident.to_string();
             let name = name.strip_prefix("r#").unwrap_or(&name);
-            quote! {
-                ::std::string::String::from(::core::concat!(::core::module_path!(), "::", #name))
+            if sig.receiver().is_some() {
+                // A method: the receiver's type is part of the name, so `Cleanup::run` and
+                // `Report::run` (two impls of one trait in one module) never share a lock.
+                let format = format!("{{}}::{{}}::{name}");
+                quote! {
+                    ::std::format!(
+                        #format,
+                        ::core::module_path!(),
+                        #krate::__private::type_key::<Self>()
+                    )
+                }
+            } else {
+                quote! {
+                    ::std::string::String::from(
+                        ::core::concat!(::core::module_path!(), "::", #name)
+                    )
+                }
             }
         }
     };
@@ -224,6 +300,9 @@ fn generate(
     let option = |name: &str, d: &Option<DurationArg>| {
         d.as_ref().map(|d| {
             let method = syn::Ident::new(name, d.span);
+            if d.millis == FOREVER {
+                return quote_spanned! {d.span=> .#method(::core::time::Duration::MAX) };
+            }
             let millis = proc_macro2::Literal::u64_unsuffixed(d.millis);
             quote_spanned! {d.span=> .#method(::core::time::Duration::from_millis(#millis)) }
         })
@@ -234,14 +313,15 @@ fn generate(
         option("wait", &args.wait),
     ];
 
-    // Pin the body's type like async-trait does, so `?` and `.into()` inside it still infer.
-    let ret_ty = match &sig.output {
-        ReturnType::Type(_, ty) => {
-            let mut ty = (**ty).clone();
-            ImplTraitToInfer.visit_type_mut(&mut ty);
-            quote!(#ty)
-        }
-        ReturnType::Default => quote!(()),
+    // `on_busy = "skip"`: only a lock that stayed busy is skipped; Redis down, no client and
+    // the like are still errors, or a job would silently never run.
+    let busy = match args.on_busy {
+        Some((OnBusy::Skip, _)) => quote! {
+            ::core::result::Result::Err(#krate::LockError::Timeout { .. }) => {
+                ::core::result::Result::Ok(::core::option::Option::None)
+            }
+        },
+        _ => quote!(),
     };
 
     // A `match` rather than `let guard = ...?`: the guard is bound in the arm that runs the
@@ -260,6 +340,7 @@ fn generate(
                 #krate::LockGuard::release_logged(#guard).await;
                 #ret
             }
+            #busy
             #[allow(clippy::useless_conversion)] // `E` may be `LockError` itself
             ::core::result::Result::Err(#err) => #lock_failed,
         }
@@ -358,8 +439,12 @@ mod tests {
             out.contains("let __dlock_client : & my :: dlock :: LockClient = & (self . locks) ;"),
             "{out}"
         );
+        // A method: the receiver's type is in the default key.
         assert!(
-            out.contains(":: core :: module_path ! () , \"::\" , \"m\""),
+            out.contains(
+                "format ! (\"{}::{}::m\" , :: core :: module_path ! () , \
+                 my :: dlock :: __private :: type_key :: < Self > ())"
+            ),
             "{out}"
         );
         assert!(
@@ -377,8 +462,55 @@ mod tests {
         );
         // No `E` written out (an alias): the conversion falls back to `From::from`.
         let out = expand_str("", "async fn f() -> io::Result<()> { Ok(()) }").unwrap();
-        let fallback = "Err (:: core :: convert :: From :: from (__dlock_err))";
+        assert!(
+            out.contains("Err (:: core :: convert :: From :: from (__dlock_err))"),
+            "{out}"
+        );
+        let out = expand_str("", "async fn f() -> JobResult<()> { Ok(()) }").unwrap();
+        let fallback = "< JobResult < () > as :: dlock :: __private :: LockResult > :: \
+                        from_error (:: core :: convert :: From :: from (__dlock_err))";
         assert!(out.contains(fallback), "{out}");
+        assert!(
+            out.contains(":: core :: module_path ! () , \"::\" , \"f\""),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn skip_map_err_forever() {
+        let out = expand_str(
+            r#"on_busy = "skip", map_err = to_http, wait = "forever""#,
+            "async fn f() -> Result<Option<u8>, (u16, String)> { Ok(None) }",
+        )
+        .unwrap();
+        assert!(
+            out.contains(
+                "Err (:: dlock :: LockError :: Timeout { .. }) => \
+                 { :: core :: result :: Result :: Ok (:: core :: option :: Option :: None) }"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("Err ((to_http) (__dlock_err))"), "{out}");
+        assert!(
+            out.contains(". wait (:: core :: time :: Duration :: MAX)"),
+            "{out}"
+        );
+        for ret in ["Result<u8, E>", "Result<Vec<Option<u8>>, E>", "JobResult"] {
+            let e = expand_str(
+                r#"on_busy = "skip""#,
+                &format!("async fn f() -> {ret} {{ todo!() }}"),
+            )
+            .unwrap_err();
+            assert!(
+                e.contains("must return `Result<Option<T>, E>`"),
+                "{ret}: {e}"
+            );
+        }
+        assert!(expand_str(
+            r#"on_busy = "skip""#,
+            "async fn f() -> io::Result<Option<u8>> { Ok(None) }"
+        )
+        .is_ok());
     }
 
     #[test]

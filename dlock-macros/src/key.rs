@@ -7,7 +7,7 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
-use syn::{FnArg, LitStr, Pat, Path, Signature};
+use syn::{FnArg, LitStr, Pat, Path, Signature, Type};
 
 use crate::args::Errors;
 
@@ -74,6 +74,18 @@ impl Template {
                     msg.push_str(&format!("; did you mean `{best}`?"));
                 }
                 errors.push(syn::Error::new(self.lit.span(), msg));
+            } else if members.is_empty() && params.optional.contains(root) {
+                // rustc would say "`Option<..>` doesn't implement `Display`" and suggest
+                // `{:?}`, which keys reject; say what a key needs instead.
+                errors.push(syn::Error::new(
+                    self.lit.span(),
+                    format!(
+                        "`{shown}` in the key: `{root}` is an `Option`, and a lock name needs a \
+                         value. Decide what `None` means before taking the lock (return early, \
+                         or lock on another key) and pass the value itself, e.g. a separate \
+                         parameter of type `T` instead of `Option<T>`"
+                    ),
+                ));
             }
         }
         errors.finish()
@@ -95,7 +107,12 @@ impl Template {
                 Piece::Value { root, members } => {
                     format.push_str("{}");
                     let root = ident(root, span);
-                    let members = members.iter().map(|m| member(m, span));
+                    // Fields get the literal's location but the call site's expansion
+                    // context: rustc then still reports a missing field on the key, but offers
+                    // no "similar field" fix, which would replace the whole literal with the
+                    // field's name (`key = id`), the only place it can point at.
+                    let field_span = Span::call_site().located_at(span);
+                    let members = members.iter().map(|m| member(m, field_span));
                     values.push(quote_spanned! {span=>
                         #krate::KeyPart(&#root #(.#members)*)
                     });
@@ -264,6 +281,8 @@ fn is_ident(s: &str) -> bool {
 struct Params {
     names: Vec<String>,
     has_self: bool,
+    /// Parameters declared as `name: Option<..>` (or a reference to one).
+    optional: Vec<String>,
 }
 
 impl Params {
@@ -271,11 +290,17 @@ impl Params {
         let mut params = Params {
             names: Vec::new(),
             has_self: false,
+            optional: Vec::new(),
         };
         for input in &sig.inputs {
             match input {
                 FnArg::Receiver(_) => params.has_self = true,
-                FnArg::Typed(typed) => bindings(&typed.pat, &mut params.names),
+                FnArg::Typed(typed) => {
+                    bindings(&typed.pat, &mut params.names);
+                    if let (Pat::Ident(p), true) = (&*typed.pat, is_option(&typed.ty)) {
+                        params.optional.push(p.ident.to_string());
+                    }
+                }
             }
         }
         params
@@ -291,6 +316,20 @@ impl Params {
         } else {
             format!(" (its parameters: {})", all.join(", "))
         }
+    }
+}
+
+/// `Option<T>`, `&Option<T>`, `std::option::Option<T>`: syntactically, as a macro must (an
+/// alias of `Option` is left to rustc).
+fn is_option(ty: &Type) -> bool {
+    match ty {
+        Type::Reference(r) => is_option(&r.elem),
+        Type::Paren(p) => is_option(&p.elem),
+        Type::Group(g) => is_option(&g.elem),
+        Type::Path(p) => {
+            p.qself.is_none() && p.path.segments.last().is_some_and(|s| s.ident == "Option")
+        }
+        _ => false,
     }
 }
 
@@ -428,6 +467,10 @@ mod tests {
         let e = check(sig, "{self.id}");
         assert!(e.contains("has no `self` parameter"), "{e}");
         assert_eq!(check("async fn m(&self, id: u8)", "{self.id}:{id}"), "");
+        let e = check("async fn m(id: Option<u8>, o: &Option<O>)", "{id}");
+        assert!(e.contains("`id` is an `Option`"), "{e}");
+        assert!(check("async fn m(o: &Option<O>)", "{o}").contains("is an `Option`"));
+        assert_eq!(check("async fn m(o: &Option<O>)", "{o.0}"), "");
         let e = check("async fn m()", "{zzz}");
         assert!(e.contains("it has no parameters"), "{e}");
         assert!(!e.contains("did you mean"), "{e}");

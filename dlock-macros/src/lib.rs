@@ -1,304 +1,8 @@
-//! `#[distributed_lock]`: run the body of an `async fn` only while this process holds a Redis
-//! lock named after the function's arguments.
+//! The `#[distributed_lock]` attribute of [dlock](https://docs.rs/dlock).
 //!
-//! Use it through the `dlock` facade (`use dlock::distributed_lock;`); the code it writes calls
-//! `::dlock::...`. This crate holds only the macro.
-//!
-//! ```no_run
-//! use dlock::{distributed_lock, LockClient, LockError};
-//!
-//! struct Order {
-//!     id: u64,
-//!     amount: u64,
-//! }
-//!
-//! #[derive(Debug)]
-//! enum PayError {
-//!     Lock(LockError),
-//!     Declined,
-//! }
-//!
-//! impl From<LockError> for PayError {
-//!     fn from(e: LockError) -> Self {
-//!         PayError::Lock(e)
-//!     }
-//! }
-//!
-//! /// Pays an order at most once at a time across the whole fleet.
-//! #[distributed_lock(key = "order:{order.id}", ttl = "30s", wait = "5s")]
-//! async fn pay(order: &Order) -> Result<u64, PayError> {
-//!     // Runs only while this process holds the lock `order:<id>`.
-//!     if order.amount == 0 {
-//!         return Err(PayError::Declined); // the lock is released before the caller sees this
-//!     }
-//!     Ok(order.amount)
-//! }
-//!
-//! #[tokio::main]
-//! async fn main() -> Result<(), PayError> {
-//!     // Once at start-up: the client the attribute uses when no `client = ...` is given.
-//!     LockClient::connect("redis://127.0.0.1:6379").await?.install();
-//!     pay(&Order { id: 7, amount: 100 }).await?;
-//!     Ok(())
-//! }
-//! ```
-//!
-//! # The function
-//!
-//! * It must be an `async fn` with a body: the lock is taken with `.await` before the body runs.
-//!   Free functions, inherent and trait-impl methods (`&self`, `&mut self`, `self`), generics
-//!   and `where` clauses, lifetimes and borrowed arguments and results, `impl Trait` arguments,
-//!   `mut` and pattern parameters (`(a, b): (u8, u8)`) all work. Attributes, docs, visibility
-//!   and the signature are kept as written.
-//! * It must return `Result<T, E>` (any path whose last segment ends in `Result`, such as
-//!   `io::Result<T>` or an alias `JobResult<T>`) with `E: From<dlock::LockError>`. When the lock
-//!   cannot be taken (another owner kept it for the whole `wait`, Redis is down, no client is
-//!   installed, ...) the function returns `Err(E::from(lock_error))` and **the body does not
-//!   run**. Nothing ever runs unlocked.
-//! * The returned future is `Send` whenever the body's is, so an axum handler stays a handler.
-//!
-//! # Options
-//!
-//! All options are optional: `#[distributed_lock]` alone locks on the function's path with the
-//! client's default TTL (30 s) and wait (10 s). Durations are a whole number and a unit:
-//! `"250ms"`, `"30s"`, `"2m"`, `"1h"`; they are checked and converted at compile time.
-//!
-//! ## `key = "..."`
-//!
-//! The lock's name, a template over the parameters: `{name}`, `{name.field.sub}`, `{pair.0}`,
-//! `{self.field}` in methods, `{{` and `}}` for literal braces. Each placeholder must start at a
-//! parameter (checked at compile time, with a suggestion for typos) and its value must implement
-//! `Display`. Values are rendered with `Display` and then percent-escaped (`%`, `{`, `}` and `:`
-//! become `%25`, `%7B`, `%7D`, `%3A`, as `dlock::KeyPart` does), so an argument cannot end the key
-//! early or make two different argument tuples share a lock; the text you write around them is
-//! kept as it is. The rendered key is the lock's name: the function below called with `id = 7`
-//! takes the same lock as `client.lock("order:7")`, so code using the attribute and code using
-//! the runtime API directly exclude each other.
-//!
-//! ```no_run
-//! # use dlock::{distributed_lock, LockError};
-//! struct User {
-//!     name: String,
-//! }
-//!
-//! #[distributed_lock(key = "order:{id}:{user.name}")]
-//! async fn ship(id: u64, user: &User) -> Result<(), LockError> {
-//!     // Holds `order:7:ann` for `ship(7, &ann)`; a name "a:b" would give `order:7:a%3Ab`.
-//!     Ok(())
-//! }
-//! ```
-//!
-//! Without `key`, the lock is named `<module path>::<fn name>` (`my_app::jobs::nightly`): one
-//! lock for every call, the usual "run this job on one node" case. Two methods with the same
-//! name on different types in one module share that name; give them a `key`.
-//!
-//! ```no_run
-//! # use dlock::{distributed_lock, LockError};
-//! #[distributed_lock]
-//! async fn nightly_report() -> Result<(), LockError> {
-//!     // Holds `<this module>::nightly_report`.
-//!     Ok(())
-//! }
-//! ```
-//!
-//! ## `ttl = "30s"`
-//!
-//! The lease kept alive by the client's watchdog while the body runs (renewed every third of
-//! it). If the process dies, the lock frees itself at most this long after the last renewal.
-//! Default: the client's `default_ttl`, 30 s. Must be more than zero; exclusive with `lease`.
-//!
-//! ```no_run
-//! # use dlock::{distributed_lock, LockError};
-//! #[distributed_lock(key = "invoice:{id}", ttl = "10s")]
-//! async fn render_invoice(id: u64) -> Result<(), LockError> {
-//!     // May run for minutes: the watchdog keeps renewing the 10 s lease meanwhile.
-//!     Ok(())
-//! }
-//! ```
-//!
-//! ## `wait = "5s"`
-//!
-//! How long to wait for another owner to release before giving up with `LockError::Timeout`
-//! (converted into `E`). Waiting is event-driven (woken by the release), not polling. Default:
-//! the client's `default_wait`, 10 s. `wait = "0s"` tries once and fails at once if the lock is
-//! held: "skip this run if another node is already doing it".
-//!
-//! ```no_run
-//! # use dlock::{distributed_lock, LockError};
-//! #[distributed_lock(key = "sync:{tenant}", wait = "0s")]
-//! async fn sync_tenant(tenant: &str) -> Result<(), LockError> {
-//!     // Another node is syncing this tenant? Then this call returns Err(Timeout) at once.
-//!     Ok(())
-//! }
-//! ```
-//!
-//! ## `lease = "10s"`
-//!
-//! A hard lease instead of `ttl`: no watchdog; the lock expires this long after it was taken,
-//! whatever the body is doing. Use it when a stuck holder must not keep the lock. The body is
-//! not stopped when the lease runs out; use fencing tokens (runtime API) when that matters.
-//!
-//! ```no_run
-//! # use dlock::{distributed_lock, LockError};
-//! #[distributed_lock(key = "warmup", lease = "2m")]
-//! async fn warm_caches() -> Result<(), LockError> {
-//!     Ok(())
-//! }
-//! ```
-//!
-//! ## `client = <expr>`
-//!
-//! The `LockClient` to use, as any expression that may use `self` and the parameters:
-//! `self.locks`, `state.locks`, `client`, an `Arc<LockClient>`... It is borrowed (`&(expr)`),
-//! never cloned. Without it the client installed with `LockClient::install()` is used, and a
-//! call before any install returns `Err(E::from(LockError::NotConfigured))`.
-//!
-//! ```no_run
-//! # use dlock::{distributed_lock, LockClient, LockError};
-//! struct Inventory {
-//!     locks: LockClient,
-//! }
-//!
-//! impl Inventory {
-//!     #[distributed_lock(key = "sku:{sku}", client = self.locks, wait = "2s")]
-//!     async fn restock(&self, sku: &str, count: u32) -> Result<u32, LockError> {
-//!         Ok(count)
-//!     }
-//! }
-//! ```
-//!
-//! ## `crate = "path"`
-//!
-//! Where the facade is when it is not `::dlock` (renamed in `Cargo.toml`, or re-exported by
-//! another crate of yours): the generated code then uses `path::LockClient` and so on.
-//!
-//! ```no_run
-//! // As if `Cargo.toml` said `locking = { package = "dlock", ... }`.
-//! use ::dlock as locking;
-//!
-//! #[locking::distributed_lock(key = "job", crate = "locking")]
-//! async fn job() -> Result<(), locking::LockError> {
-//!     Ok(())
-//! }
-//! ```
-//!
-//! # What the macro writes for you
-//!
-//! The `async fn` stays an `async fn` with the same signature; only its body is replaced. This:
-//!
-//! ```no_run
-//! # use dlock::{distributed_lock, LockError};
-//! # struct Order { id: u64, amount: u64 }
-//! # #[derive(Debug)] struct AppError;
-//! # impl From<LockError> for AppError { fn from(_: LockError) -> Self { AppError } }
-//! #[distributed_lock(key = "order:{order.id}", ttl = "30s", wait = "5s")]
-//! pub async fn pay(order: &Order) -> Result<u64, AppError> {
-//!     Ok(order.amount)
-//! }
-//! ```
-//!
-//! becomes (the `__dlock_*` names are hygienic: the body can neither see nor shadow them):
-//!
-//! ```no_run
-//! # use dlock::LockError;
-//! # struct Order { id: u64, amount: u64 }
-//! # #[derive(Debug)] struct AppError;
-//! # impl From<LockError> for AppError { fn from(_: LockError) -> Self { AppError } }
-//! pub async fn pay(order: &Order) -> Result<u64, AppError> {
-//!     // 1. The key, from the arguments.
-//!     let __dlock_key: String = format!("order:{}", ::dlock::KeyPart(&order.id));
-//!     // 2. The client (here the installed one; `client = ...` borrows yours instead).
-//!     let __dlock_client = match ::dlock::LockClient::global() {
-//!         Ok(c) => c,
-//!         Err(__dlock_err) => return Err(<AppError as From<::dlock::LockError>>::from(__dlock_err)),
-//!     };
-//!     // 3. Acquire, with only the options you gave.
-//!     let __dlock_acquired = __dlock_client
-//!         .lock(__dlock_key)
-//!         .ttl(core::time::Duration::from_millis(30000))
-//!         .wait(core::time::Duration::from_millis(5000))
-//!         .acquire()
-//!         .await;
-//!     match __dlock_acquired {
-//!         Ok(__dlock_guard) => {
-//!             // 4. Your body, in its own block: `return` and `?` end the block, not the fn,
-//!             //    so they cannot skip the release. The scope makes nested annotated calls
-//!             //    on the same lock re-enter it. The type is pinned so `?` still infers.
-//!             let __dlock_ret: Result<u64, AppError> =
-//!                 __dlock_guard.scope(async move { Ok(order.amount) }).await;
-//!             // 5. Release, awaited: the caller sees the lock free when the call returns.
-//!             ::dlock::LockGuard::release_logged(__dlock_guard).await;
-//!             __dlock_ret
-//!         }
-//!         // 6. No lock, no body.
-//!         Err(__dlock_err) => Err(<AppError as From<::dlock::LockError>>::from(__dlock_err)),
-//!     }
-//! }
-//! ```
-//!
-//! # Every way out releases the lock
-//!
-//! * **Return and `?`**: the release is awaited before the function returns, so the caller
-//!   (and every other node) sees the lock free as soon as the call completes.
-//! * **A failed release** (Redis unreachable at that moment, the lease already lost): the body's
-//!   result is returned anyway, because its effects already happened; the failure is logged at
-//!   `warn` by the runtime (`LockGuard::release_logged`) and the lock frees itself when its
-//!   lease runs out.
-//! * **Panic** and **cancellation** (the call's future dropped mid-body, e.g. by a request
-//!   timeout or `select!`): the guard's `Drop` stops the watchdog at once and releases in the
-//!   background on the current tokio runtime. Cancelled while still acquiring: the runtime
-//!   gives back whatever Redis may have granted.
-//! * **Process crash**: nobody renews the lease any more; the lock expires after `ttl`.
-//!
-//! Parameters the body uses are moved into its `async move` block and dropped when the body
-//! finishes, just before the release.
-//!
-//! # Reentrancy follows the call chain
-//!
-//! An annotated call made (at any depth) from inside the body of another one holding the same
-//! lock, through the same client, re-enters it instead of waiting for itself:
-//!
-//! ```no_run
-//! # use dlock::{distributed_lock, LockError};
-//! #[distributed_lock(key = "account:{id}")]
-//! async fn transfer_out(id: u64, cents: u64) -> Result<(), LockError> {
-//!     audit(id).await // same lock, same call chain: re-entered, no deadlock
-//! }
-//!
-//! #[distributed_lock(key = "account:{id}")]
-//! async fn audit(id: u64) -> Result<(), LockError> {
-//!     Ok(())
-//! }
-//! ```
-//!
-//! Everything else is another owner and waits: other processes, a task spawned from the body
-//! (`tokio::spawn` starts a new chain), and two top-level calls run concurrently in one task
-//! (`tokio::join!(pay(&o), pay(&o))` runs them one after the other, not both at once). Calls
-//! joined *inside* one body that re-enter its lock share the body's hold: re-entering means "my
-//! caller already holds it".
-//!
-//! # With other attributes
-//!
-//! * `#[tracing::instrument]` works above or below. Put it **below** `#[distributed_lock]` to
-//!   have its span cover the whole call, waiting for the lock included (the attribute written
-//!   first expands first, and instrument then wraps the code it wrote); put it above to have it
-//!   cover only the body.
-//! * `#[async_trait]` is not supported: it rewrites the methods of the impl it is put on before
-//!   `#[distributed_lock]` runs, whatever the order, and the boxed future it leaves cannot be
-//!   locked. This is a compile error that says so. Use native `async fn` in traits (Rust 1.75+),
-//!   which works, or call an annotated inherent `async fn` from the trait method.
-//!
-//! # Mistakes caught at compile time
-//!
-//! Each points at the offending token and says how to fix it: a placeholder that is not a
-//! parameter (listing the parameters, with "did you mean"), `{self...}` outside a method, an
-//! unclosed or unmatched brace, an empty key or placeholder, format specs or calls in a
-//! placeholder, a duration that does not parse or a zero `ttl`/`lease`, `lease` together with
-//! `ttl`, an unknown option (listing the valid ones), a repeated option, a missing `=` or value,
-//! a function that is not `async` or does not return a `Result`. rustc itself reports, on your
-//! tokens, an error type without `From<LockError>` (at `E`), a missing field and a value that is
-//! not `Display` (at the key). After an error the function is still emitted as written, so one
-//! mistake does not cascade into errors at every call site.
+//! Use it through the `dlock` facade (`use dlock::distributed_lock;`): the code it writes calls
+//! `::dlock::...`, and its reference documentation is on the attribute itself, which users read
+//! as `dlock::distributed_lock`. This crate holds only the macro.
 
 mod args;
 mod expand;
@@ -306,26 +10,417 @@ mod key;
 
 use proc_macro::TokenStream;
 
-/// Runs the body of an `async fn` only while this process holds a distributed lock named after
-/// the function's arguments, and releases it on every way out.
+/// Runs the body of an `async fn` only while this process holds a Redis lock named after the
+/// function's arguments, and releases it on every way out.
 ///
 /// ```no_run
-/// # use dlock::{distributed_lock, LockError};
-/// # struct Order { id: u64 }
+/// use dlock::{distributed_lock, LockClient, LockError};
+///
+/// struct Order {
+///     id: u64,
+///     amount: u64,
+/// }
+///
+/// #[derive(Debug)]
+/// enum PayError {
+///     Lock(LockError),
+///     Declined,
+/// }
+///
+/// impl From<LockError> for PayError {
+///     fn from(e: LockError) -> Self {
+///         PayError::Lock(e)
+///     }
+/// }
+///
+/// /// Pays an order at most once at a time across the whole fleet.
 /// #[distributed_lock(key = "order:{order.id}", ttl = "30s", wait = "5s")]
-/// async fn pay(order: &Order) -> Result<(), LockError> {
+/// async fn pay(order: &Order) -> Result<u64, PayError> {
+///     // Runs only while this process holds the lock `order:<id>`.
+///     if order.amount == 0 {
+///         return Err(PayError::Declined); // the lock is released before the caller sees this
+///     }
+///     Ok(order.amount)
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), PayError> {
+///     // Once at start-up: the client the attribute uses when no `client = ...` is given.
+///     LockClient::connect("redis://127.0.0.1:6379").await?.install();
+///     pay(&Order { id: 7, amount: 100 }).await?;
 ///     Ok(())
 /// }
 /// ```
 ///
-/// Options: `key` (a template over the parameters, checked at compile time; default: module
-/// path and fn name), `ttl` (watchdog-renewed lease), `wait` (`"0s"` tries once), `lease` (hard
-/// lease, no watchdog), `client = <expr>` (default: the installed client), `crate = "path"`.
-/// The function must return `Result<T, E>` with `E: From<LockError>`; failing to get the lock
-/// returns `Err` and never runs the body.
+/// # The function
 ///
-/// The full reference (each option, the code it expands to, release and reentrancy rules, use
-/// with `#[tracing::instrument]`) is in the [`dlock_macros` crate documentation](crate).
+/// * It must be an `async fn` with a body: the lock is taken with `.await` before the body runs.
+///   Free functions, inherent and trait-impl methods (`&self`, `&mut self`, `self`), generics
+///   and `where` clauses, lifetimes and borrowed arguments and results, `impl Trait` arguments,
+///   `mut` and pattern parameters (`(a, b): (u8, u8)`) all work. Attributes, docs, visibility
+///   and the signature are kept as written.
+/// * It must return `Result<T, E>` (or an alias of it, such as `io::Result<T>` or
+///   `JobResult<T>`: a path whose last segment ends in `Result`) with
+///   `E: From<dlock::LockError>`, or give `map_err = ...` for error types that cannot implement
+///   it. When the lock cannot be taken (another owner kept it for the whole `wait`, Redis is
+///   down, no client is configured, ...) the function returns `Err(E::from(lock_error))` and
+///   **the body does not run**. Nothing ever runs unlocked. (`on_busy = "skip"` turns "another
+///   owner kept it" into `Ok(None)`.)
+/// * The returned future is `Send` whenever the body's is, so an axum handler stays a handler.
+///
+/// # Options
+///
+/// All options are optional: `#[distributed_lock]` alone locks on the function's path with the
+/// client's default TTL (30 s) and wait (10 s).
+///
+/// | option | default | |
+/// |---|---|---|
+/// | `key = "..."` | `<module>::<fn>`, `<module>::<Type>::<method>` | the lock's name |
+/// | `ttl = "30s"` | the client's `default_ttl`, 30 s | lease renewed by the watchdog |
+/// | `wait = "5s"` | the client's `default_wait`, 10 s | `"0s"` tries once, `"forever"` |
+/// | `lease = "10s"` | none | hard lease, no watchdog; exclusive with `ttl` |
+/// | `client = <expr>` | the default client | which `LockClient` |
+/// | `on_busy = "skip"` | `"error"` | `Ok(None)` when the lock stays busy |
+/// | `map_err = <path>` | `From<LockError>` | converts the lock error |
+/// | `crate = "path"` | `::dlock` | where the facade is |
+///
+/// Durations are numbers with units, from the largest unit down: `"250ms"`, `"1.5s"`, `"30s"`,
+/// `"2m"` or `"2min"`, `"1h30m"`, `"1h30m15s"`. Fractions must come to whole milliseconds. They
+/// are checked and converted at compile time: a typo is a compile error, never a run-time
+/// surprise.
+///
+/// ## `key = "..."`
+///
+/// The lock's name, a template over the parameters: `{name}`, `{name.field.sub}`, `{pair.0}`,
+/// `{self.field}` in methods, `{{` and `}}` for literal braces. Each placeholder must start at a
+/// parameter (checked at compile time, with a suggestion for typos) and its value must implement
+/// `Display`. Values are rendered with `Display` and then percent-escaped (`%`, `{`, `}` and `:`
+/// become `%25`, `%7B`, `%7D`, `%3A`, as `dlock::KeyPart` does), so an argument cannot end the key
+/// early or make two different argument tuples share a lock; the text you write around them is
+/// kept as it is. The rendered key is the lock's name: the function below called with `id = 7`
+/// takes the same lock as `client.lock("order:7")`, so code using the attribute and code using
+/// the runtime API directly exclude each other.
+///
+/// ```no_run
+/// # use dlock::{distributed_lock, LockError};
+/// struct User {
+///     name: String,
+/// }
+///
+/// #[distributed_lock(key = "order:{id}:{user.name}")]
+/// async fn ship(id: u64, user: &User) -> Result<(), LockError> {
+///     // Holds `order:7:ann` for `ship(7, &ann)`; a name "a:b" would give `order:7:a%3Ab`.
+///     Ok(())
+/// }
+/// ```
+///
+/// Without `key`, the lock is named `<module path>::<fn name>` (`my_app::jobs::nightly`): one
+/// lock for every call, the usual "run this job on one node" case. A method (a function with a
+/// `self` parameter) gets its receiver type too, `<module path>::<Type>::<method>`
+/// (`my_app::jobs::Cleanup::run`), with the type's own path left out and generic arguments
+/// kept (`Repo<String>`), so two impls of one trait never share a lock. Associated functions
+/// without `self` cannot be told from free functions by the macro and keep `<module>::<fn>`.
+///
+/// A default key changes when the module, the type or the function is renamed or moved, and
+/// the type part comes from `std::any::type_name`, whose text the compiler does not promise to
+/// keep; during a rolling deploy the old and the new version then hold different locks. Give
+/// every lock that runs in production an explicit `key`.
+///
+/// ```no_run
+/// # use dlock::{distributed_lock, LockError};
+/// #[distributed_lock]
+/// async fn nightly_report() -> Result<(), LockError> {
+///     // Holds `<this module>::nightly_report`.
+///     Ok(())
+/// }
+/// ```
+///
+/// ## `ttl = "30s"`
+///
+/// The lease kept alive by the client's watchdog while the body runs (renewed every third of
+/// it). If the process dies, the lock frees itself at most this long after the last renewal.
+/// Default: the client's `default_ttl`, 30 s. Must be more than zero; exclusive with `lease`.
+///
+/// ```no_run
+/// # use dlock::{distributed_lock, LockError};
+/// #[distributed_lock(key = "invoice:{id}", ttl = "10s")]
+/// async fn render_invoice(id: u64) -> Result<(), LockError> {
+///     // May run for minutes: the watchdog keeps renewing the 10 s lease meanwhile.
+///     Ok(())
+/// }
+/// ```
+///
+/// ## `wait = "5s"`
+///
+/// How long to wait for another owner to release before giving up with `LockError::Timeout`
+/// (converted into `E`). Waiting is event-driven (woken by the release), not polling. Default:
+/// the client's `default_wait`, 10 s. `wait = "0s"` tries once and fails at once if the lock is
+/// held: "skip this run if another node is already doing it" (see `on_busy`).
+/// `wait = "forever"` waits as long as it takes.
+///
+/// ```no_run
+/// # use dlock::{distributed_lock, LockError};
+/// #[distributed_lock(key = "sync:{tenant}", wait = "0s")]
+/// async fn sync_tenant(tenant: &str) -> Result<(), LockError> {
+///     // Another node is syncing this tenant? Then this call returns Err(Timeout) at once.
+///     Ok(())
+/// }
+/// ```
+///
+/// ## `lease = "10s"`
+///
+/// A hard lease instead of `ttl`: no watchdog; the lock expires this long after it was taken,
+/// whatever the body is doing. Use it when a stuck holder must not keep the lock. The body is
+/// not stopped when the lease runs out: watch `current_lock().lost()` and fence your writes
+/// (see "The lock inside the body" below).
+///
+/// ```no_run
+/// # use dlock::{distributed_lock, LockError};
+/// #[distributed_lock(key = "warmup", lease = "2m")]
+/// async fn warm_caches() -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
+///
+/// ## `client = <expr>`
+///
+/// The `LockClient` to use, as any expression that may use `self` and the parameters:
+/// `self.locks`, `state.locks`, `client`, an `Arc<LockClient>`... It is borrowed (`&(expr)`),
+/// never cloned. Without it the default client is used, `LockClient::global()`: the one given
+/// to the running future with `LockClient::with_default(fut)` (per test, per tenant), else the
+/// one installed process-wide with `LockClient::install()`; with neither, the call returns
+/// `Err(E::from(LockError::NotConfigured))`.
+///
+/// ```no_run
+/// # use dlock::{distributed_lock, LockClient, LockError};
+/// struct Inventory {
+///     locks: LockClient,
+/// }
+///
+/// impl Inventory {
+///     #[distributed_lock(key = "sku:{sku}", client = self.locks, wait = "2s")]
+///     async fn restock(&self, sku: &str, count: u32) -> Result<u32, LockError> {
+///         Ok(count)
+///     }
+/// }
+/// ```
+///
+/// ## `on_busy = "skip"`
+///
+/// For "run on one node, skip elsewhere": when another owner keeps the lock through the whole
+/// `wait`, the function returns `Ok(None)` without running the body, instead of
+/// `Err(LockError::Timeout)`. It must return `Result<Option<T>, E>` (a compile error says so
+/// otherwise). Every other failure (Redis down, no client) is still an `Err`: a job must not
+/// look skipped when it could not even ask. `on_busy = "error"` is the default.
+///
+/// ```no_run
+/// # use dlock::{distributed_lock, LockError};
+/// #[distributed_lock(key = "billing-run", wait = "0s", on_busy = "skip")]
+/// async fn billing_run() -> Result<Option<u32>, LockError> {
+///     Ok(Some(42)) // invoices sent; `Ok(None)` on the nodes that skipped
+/// }
+/// ```
+///
+/// ## `map_err = path::to::fn`
+///
+/// A function (or closure) `fn(LockError) -> E` used instead of `From` to turn a lock failure
+/// into the function's error. For error types that cannot implement `From<LockError>` because
+/// of the orphan rule, such as axum's `(StatusCode, String)` or `String`.
+///
+/// ```no_run
+/// # use dlock::{distributed_lock, LockError};
+/// # type StatusCode = u16;
+/// fn lock_to_http(e: LockError) -> (StatusCode, String) {
+///     let status = match e {
+///         LockError::Timeout { .. } => 409,
+///         _ => 503,
+///     };
+///     (status, e.to_string())
+/// }
+///
+/// #[distributed_lock(key = "refund:{id}", wait = "0s", map_err = lock_to_http)]
+/// async fn refund(id: u64) -> Result<String, (StatusCode, String)> {
+///     Ok(format!("refunded {id}"))
+/// }
+/// ```
+///
+/// ## `crate = "path"`
+///
+/// Where the facade is when it is not `::dlock` (renamed in `Cargo.toml`, or re-exported by
+/// another crate of yours): the generated code then uses `path::LockClient` and so on.
+///
+/// ```no_run
+/// // As if `Cargo.toml` said `locking = { package = "dlock", ... }`.
+/// use ::dlock as locking;
+///
+/// #[locking::distributed_lock(key = "job", crate = "locking")]
+/// async fn job() -> Result<(), locking::LockError> {
+///     Ok(())
+/// }
+/// ```
+///
+/// # The lock inside the body
+///
+/// `dlock::current_lock()` returns the innermost lock the call chain holds (`None` outside):
+/// its `name()` (the rendered key), `fencing_token()`, `is_lost()` and `lost()`. With a hard
+/// `lease`, or whenever the work must stop once mutual exclusion is no longer promised, race
+/// the work against `lost()`, and hand the fencing token to the store so it refuses a former
+/// holder's late writes:
+///
+/// ```no_run
+/// # use dlock::{current_lock, distributed_lock, LockError};
+/// # async fn render() -> Vec<u8> { Vec::new() }
+/// # async fn store_if_newer(_token: u64, _page: Vec<u8>) -> Result<(), LockError> { Ok(()) }
+/// #[distributed_lock(key = "report", lease = "30s")]
+/// async fn report() -> Result<bool, LockError> {
+///     let lock = current_lock().expect("inside a locked body");
+///     tokio::select! {
+///         // Lost (lease over, Redis lost the key): stop, someone else may hold it now.
+///         _ = lock.lost() => Ok(false),
+///         page = render() => {
+///             // The store keeps the highest token it has seen and refuses lower ones.
+///             store_if_newer(lock.fencing_token(), page).await?;
+///             Ok(true)
+///         }
+///     }
+/// }
+/// ```
+///
+/// # What the macro writes for you
+///
+/// The `async fn` stays an `async fn` with the same signature; only its body is replaced. This:
+///
+/// ```no_run
+/// # use dlock::{distributed_lock, LockError};
+/// # struct Order { id: u64, amount: u64 }
+/// # #[derive(Debug)] struct AppError;
+/// # impl From<LockError> for AppError { fn from(_: LockError) -> Self { AppError } }
+/// #[distributed_lock(key = "order:{order.id}", ttl = "30s", wait = "5s")]
+/// pub async fn pay(order: &Order) -> Result<u64, AppError> {
+///     Ok(order.amount)
+/// }
+/// ```
+///
+/// becomes (the `__dlock_*` names are hygienic: the body can neither see nor shadow them):
+///
+/// ```no_run
+/// # use dlock::LockError;
+/// # struct Order { id: u64, amount: u64 }
+/// # #[derive(Debug)] struct AppError;
+/// # impl From<LockError> for AppError { fn from(_: LockError) -> Self { AppError } }
+/// pub async fn pay(order: &Order) -> Result<u64, AppError> {
+///     // 1. The key, from the arguments.
+///     let __dlock_key: String = format!("order:{}", ::dlock::KeyPart(&order.id));
+///     // 2. The client (here the default one, `LockClient::global()`: the task's default,
+///     //    else the installed one; `client = ...` borrows yours instead).
+///     let __dlock_client = match ::dlock::LockClient::global() {
+///         Ok(c) => c,
+///         Err(__dlock_err) => return Err(<AppError as From<::dlock::LockError>>::from(__dlock_err)),
+///     };
+///     // 3. Acquire, with only the options you gave.
+///     let __dlock_acquired = __dlock_client
+///         .lock(__dlock_key)
+///         .ttl(core::time::Duration::from_millis(30000))
+///         .wait(core::time::Duration::from_millis(5000))
+///         .acquire()
+///         .await;
+///     match __dlock_acquired {
+///         Ok(__dlock_guard) => {
+///             // 4. Your body, in its own block: `return` and `?` end the block, not the fn,
+///             //    so they cannot skip the release. The scope makes nested annotated calls
+///             //    on the same lock re-enter it. The type is pinned so `?` still infers.
+///             let __dlock_ret: Result<u64, AppError> =
+///                 __dlock_guard.scope(async move { Ok(order.amount) }).await;
+///             // 5. Release, awaited: the caller sees the lock free when the call returns.
+///             ::dlock::LockGuard::release_logged(__dlock_guard).await;
+///             __dlock_ret
+///         }
+///         // 6. No lock, no body.
+///         Err(__dlock_err) => Err(<AppError as From<::dlock::LockError>>::from(__dlock_err)),
+///     }
+/// }
+/// ```
+///
+/// The other options change only their part: `map_err = f` builds both `Err`s as
+/// `Err(f(__dlock_err))`; `on_busy = "skip"` adds an arm
+/// `Err(LockError::Timeout { .. }) => Ok(None)` before the last one; a return type not spelled
+/// `Result<..>` (an alias) builds its `Err` through a trait implemented for `Result` only, so a
+/// type that merely looks like one gets a clear error; a method without `key` names its lock
+/// `format!("{}::{}::name", module_path!(), <the receiver type's short name>)`.
+///
+/// # Every way out releases the lock
+///
+/// * **Return and `?`**: the release is awaited before the function returns, so the caller
+///   (and every other node) sees the lock free as soon as the call completes.
+/// * **A failed release** (Redis unreachable at that moment, the lease already lost): the body's
+///   result is returned anyway, because its effects already happened; the failure is logged at
+///   `warn` by the runtime (`LockGuard::release_logged`) and the lock frees itself when its
+///   lease runs out.
+/// * **Panic** and **cancellation** (the call's future dropped mid-body, e.g. by a request
+///   timeout or `select!`): the guard's `Drop` stops the watchdog at once and releases in the
+///   background on the current tokio runtime. Cancelled while still acquiring: the runtime
+///   gives back whatever Redis may have granted.
+/// * **Process crash**: nobody renews the lease any more; the lock expires after `ttl`.
+///
+/// Parameters the body uses are moved into its `async move` block and dropped when the body
+/// finishes, just before the release.
+///
+/// # Reentrancy follows the call chain
+///
+/// An annotated call made (at any depth) from inside the body of another one holding the same
+/// lock, through the same client, re-enters it instead of waiting for itself:
+///
+/// ```no_run
+/// # use dlock::{distributed_lock, LockError};
+/// #[distributed_lock(key = "account:{id}")]
+/// async fn transfer_out(id: u64, cents: u64) -> Result<(), LockError> {
+///     audit(id).await // same lock, same call chain: re-entered, no deadlock
+/// }
+///
+/// #[distributed_lock(key = "account:{id}")]
+/// async fn audit(id: u64) -> Result<(), LockError> {
+///     Ok(())
+/// }
+/// ```
+///
+/// Everything else is another owner and waits: other processes, a task spawned from the body
+/// (`tokio::spawn` starts a new chain), and two top-level calls run concurrently in one task
+/// (`tokio::join!(pay(&o), pay(&o))` runs them one after the other, not both at once). Calls
+/// joined *inside* one body that re-enter its lock share the body's hold: re-entering means "my
+/// caller already holds it".
+///
+/// Re-entry follows one client's holds. A nested call that takes a lock the chain holds through
+/// *another* `LockClient` on the same Redis (an outer `client = state.locks`, an inner call on
+/// the default client) would wait for its own caller; it fails at once with
+/// `LockError::SelfDeadlock` instead. A task spawned by the body that takes the body's lock
+/// cannot be told from another owner: it waits (and deadlocks if the body awaits it), so do
+/// not await such a task while holding the lock.
+///
+/// # With other attributes
+///
+/// * `#[tracing::instrument]` works above or below. Put it **below** `#[distributed_lock]` to
+///   have its span cover the whole call, waiting for the lock included (the attribute written
+///   first expands first, and instrument then wraps the code it wrote); put it above to have it
+///   cover only the body.
+/// * `#[async_trait]` is not supported: it rewrites the methods of the impl it is put on before
+///   `#[distributed_lock]` runs, whatever the order, and the boxed future it leaves cannot be
+///   locked. This is a compile error that says so. Use native `async fn` in traits (Rust 1.75+),
+///   which works, or call an annotated inherent `async fn` from the trait method.
+///
+/// # Mistakes caught at compile time
+///
+/// Each points at the offending token and says how to fix it: a placeholder that is not a
+/// parameter (listing the parameters, with "did you mean"), `{self...}` outside a method, an
+/// unclosed or unmatched brace, an empty key or placeholder, format specs or calls in a
+/// placeholder, an `Option` parameter as a placeholder, a duration that does not parse or a
+/// zero `ttl`/`lease`, `lease` together with `ttl`, an unknown option (listing the valid ones),
+/// a bare string instead of `key = "..."`, a repeated option, a missing `=` or value, a function
+/// that is not `async` or does not return a `Result` (also when its return type is only named
+/// like one, `SearchResult`), `on_busy = "skip"` without `Result<Option<T>, E>`. rustc itself
+/// reports, on your tokens, an error type without `From<LockError>` (at `E`), a `map_err`
+/// function of the wrong type (at the function), a missing field and a value that is not
+/// `Display` (at the key). After an error the function is still emitted as written, so one
+/// mistake does not cascade into errors at every call site.
 #[proc_macro_attribute]
 pub fn distributed_lock(attr: TokenStream, item: TokenStream) -> TokenStream {
     let item = proc_macro2::TokenStream::from(item);

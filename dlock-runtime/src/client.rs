@@ -12,7 +12,27 @@ use crate::shared::Shared;
 /// client's own background thread.
 ///
 /// Cheap to clone (an `Arc`); clones share everything. Dropping the last clone stops the
-/// watchdog, the subscriber and the thread.
+/// watchdog, the subscriber and the thread. Build one per Redis deployment and process, and
+/// share it: clones of one client re-enter each other's locks along a call chain, separate
+/// clients do not.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), dlock_runtime::LockError> {
+/// use std::time::Duration;
+/// use dlock_runtime::LockClient;
+///
+/// let client = LockClient::builder("redis://127.0.0.1:6379")
+///     .default_wait(Duration::from_secs(2))
+///     .build()
+///     .await?;
+/// // The default for `#[distributed_lock]` without `client = ...` (and `LockClient::global()`).
+/// client.clone().install();
+///
+/// let guard = client.lock("invoice:7").acquire().await?;
+/// // ... work under the lock ...
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct LockClient {
     pub(crate) shared: Arc<Shared>,
@@ -96,8 +116,13 @@ impl LockClient {
         slot.replace(self)
     }
 
-    /// The installed default client, or [`LockError::NotConfigured`].
+    /// The default client: the one given to the running future with
+    /// [`LockClient::with_default`], else the one installed with [`LockClient::install`], else
+    /// [`LockError::NotConfigured`].
     pub fn global() -> Result<LockClient, LockError> {
+        if let Some(client) = crate::task_default::task_default() {
+            return Ok(client);
+        }
         let slot = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
         slot.clone().ok_or(LockError::NotConfigured)
     }

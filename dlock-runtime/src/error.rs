@@ -5,11 +5,35 @@ use std::time::Duration;
 /// Everything that can go wrong taking, keeping or giving back a lock.
 ///
 /// Every variant names the lock (or the Redis URL) it is about, so a log line is enough to act on.
+///
+/// Mapping it to HTTP status codes in a service: "busy" is the caller's problem to retry,
+/// everything else is the service's.
+///
+/// ```
+/// use dlock_runtime::LockError;
+///
+/// fn status(e: &LockError) -> u16 {
+///     match e {
+///         // Someone else holds it: try again later.
+///         LockError::Timeout { .. } => 409,
+///         // Our hold ran out mid-request: the work may be half done, report a conflict.
+///         LockError::NotHeld { .. } => 409,
+///         // A bug in how the lock is named or configured.
+///         LockError::InvalidArgument { .. } | LockError::SelfDeadlock { .. } => 500,
+///         // Redis unreachable, not configured, and whatever later versions add.
+///         _ => 503,
+///     }
+/// }
+///
+/// let busy = LockError::Timeout { name: "cart:5".into(), waited: std::time::Duration::ZERO };
+/// assert_eq!(status(&busy), 409);
+/// assert_eq!(status(&LockError::NotConfigured), 503);
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
     /// The lock was held by another owner for the whole wait.
-    #[error("timed out after {waited:?} waiting for lock `{name}` (held by another owner)")]
+    #[error("timed out after {} waiting for lock `{name}` (held by another owner)", Shown(*.waited))]
     Timeout {
         /// The lock's name.
         name: String,
@@ -28,7 +52,7 @@ pub enum LockError {
     },
 
     /// Redis could not be reached or answered with an error.
-    #[error("redis at {url} failed during {op} of lock `{name}`: {source}")]
+    #[error("redis at {url} failed during {op}{}: {source}", of_lock(.name))]
     Redis {
         /// The lock's name (empty for client-level operations).
         name: String,
@@ -66,12 +90,24 @@ pub enum LockError {
     },
 
     /// A bad argument: zero TTL, empty name, a prefix with braces, ...
-    #[error("invalid argument for lock `{name}`: {reason}")]
+    #[error("invalid argument{}: {reason}", for_lock(.name))]
     InvalidArgument {
         /// The lock's name (empty for client-level settings).
         name: String,
         /// What is wrong and how to fix it.
         reason: String,
+    },
+
+    /// The call chain already holds this lock through another `LockClient` on the same Redis
+    /// (an outer call with `client = state.locks`, an inner one on the installed client):
+    /// re-entry follows one client's holds, so waiting would wait for the caller itself.
+    /// Returned at once instead of after the whole wait.
+    #[error("lock `{name}` is already held by this call chain through another client ({holder}) on the same redis; waiting would deadlock on itself: use the same `LockClient` for the nested call (e.g. `client = ...` on both, or neither)")]
+    SelfDeadlock {
+        /// The lock's name.
+        name: String,
+        /// The client id (see `LockClient::client_id`) that holds it.
+        holder: String,
     },
 
     /// `LockClient::global()` was called (directly or by `#[distributed_lock]`) before any
@@ -88,7 +124,8 @@ impl LockError {
             | LockError::NotHeld { name }
             | LockError::Redis { name, .. }
             | LockError::WrongType { name, .. }
-            | LockError::InvalidArgument { name, .. } => Some(name),
+            | LockError::InvalidArgument { name, .. }
+            | LockError::SelfDeadlock { name, .. } => Some(name.as_str()).filter(|n| !n.is_empty()),
             LockError::Connect { .. } | LockError::NotConfigured => None,
         }
     }
@@ -98,5 +135,97 @@ impl LockError {
             name: name.to_owned(),
             reason: reason.into(),
         }
+    }
+}
+
+/// " of lock `name`", or nothing for a client-level error (no lock, empty name): a message
+/// must not read "of lock ``".
+fn of_lock(name: &str) -> String {
+    if name.is_empty() {
+        String::new()
+    } else {
+        format!(" of lock `{name}`")
+    }
+}
+
+/// " for lock `name`", or nothing for a client-level setting.
+fn for_lock(name: &str) -> String {
+    if name.is_empty() {
+        String::new()
+    } else {
+        format!(" for lock `{name}`")
+    }
+}
+
+/// A duration for people: at most three significant digits, in ms, s, min or h
+/// (`5.00123s` reads "5.00 s", not "5.001234567s").
+struct Shown(Duration);
+
+impl std::fmt::Display for Shown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = self.0.as_secs_f64() * 1_000.0;
+        let (value, unit) = if ms < 999.5 {
+            (ms, "ms")
+        } else if ms < 999_500.0 {
+            (ms / 1_000.0, "s")
+        } else if ms < 7_200_000.0 {
+            (ms / 60_000.0, "min")
+        } else {
+            (ms / 3_600_000.0, "h")
+        };
+        // Three significant digits, no more decimals than that leaves room for.
+        let decimals = if unit == "ms" || value >= 99.95 {
+            0
+        } else if value >= 9.995 {
+            1
+        } else {
+            2
+        };
+        write!(f, "{value:.decimals$} {unit}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_well() {
+        let shown = |ms: u64| Shown(Duration::from_millis(ms)).to_string();
+        assert_eq!(shown(0), "0 ms");
+        assert_eq!(shown(250), "250 ms");
+        assert_eq!(shown(999), "999 ms");
+        assert_eq!(shown(1_000), "1.00 s");
+        assert_eq!(shown(5_001), "5.00 s");
+        assert_eq!(shown(12_345), "12.3 s");
+        assert_eq!(shown(123_456), "123 s");
+        assert_eq!(shown(5_400_000), "90.0 min");
+        assert_eq!(shown(10_800_000), "3.00 h");
+        assert_eq!(shown(600_000), "600 s");
+        assert_eq!(shown(1_200_000), "20.0 min");
+        assert_eq!(
+            Shown(Duration::from_micros(5_001_234)).to_string(),
+            "5.00 s"
+        );
+    }
+
+    #[test]
+    fn client_level_errors_name_no_lock() {
+        let e = LockError::invalid("", "connections must be at least 1");
+        assert_eq!(
+            e.to_string(),
+            "invalid argument: connections must be at least 1"
+        );
+        assert_eq!(e.lock_name(), None);
+        let e = LockError::invalid("a", "empty");
+        assert_eq!(e.to_string(), "invalid argument for lock `a`: empty");
+        let e = LockError::Timeout {
+            name: "job".into(),
+            waited: Duration::from_micros(5_001_234),
+        };
+        assert_eq!(
+            e.to_string(),
+            "timed out after 5.00 s waiting for lock `job` (held by another owner)"
+        );
     }
 }

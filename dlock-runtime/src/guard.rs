@@ -15,6 +15,24 @@ use crate::shared::Shared;
 /// thread, stops the watchdog at once and releases in the background on the client's thread.
 ///
 /// `Send + Sync`, so it can live across `.await` in a `Send` future (axum handlers).
+///
+/// ```no_run
+/// # use dlock_runtime::{LockClient, LockError};
+/// # async fn rebuild_index() {}
+/// # async fn save(_fencing_token: u64) {}
+/// # async fn demo(client: LockClient) -> Result<(), LockError> {
+/// let guard = client.lock("search-index").acquire().await?;
+/// tokio::select! {
+///     // Stop as soon as mutual exclusion is no longer promised.
+///     _ = guard.lost() => return Err(LockError::NotHeld { name: guard.name().to_owned() }),
+///     _ = rebuild_index() => {}
+/// }
+/// // The store refuses tokens lower than the highest it has seen: a paused former holder's
+/// // late write cannot overwrite this one.
+/// save(guard.fencing_token()).await;
+/// guard.release().await // errors if the lock was lost meanwhile
+/// # }
+/// ```
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
     shared: Arc<Shared>,
@@ -75,7 +93,7 @@ impl LockGuard {
     /// Futures run concurrently *inside* the scope (a `join!` of two nested acquires) share
     /// this hold when they re-enter it: re-entry means "my caller already holds it".
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
-        scope::with_hold(self.hold.clone(), fut)
+        scope::with_hold(&self.shared.url, self.hold.clone(), fut)
     }
 
     /// Releases this hold and waits for Redis to confirm. With holds left (re-entry) the lock

@@ -134,7 +134,8 @@
 //!   processes the lock is not fair (like Redisson's `RLock`).
 //! * `try_acquire` returns `None` when another task of this process is queued for the key,
 //!   without asking Redis.
-//! * Fencing tokens and a lost-lock signal exist (Redisson has neither on `RLock`).
+//! * Every lock has fencing tokens and a lost-lock signal: Redisson keeps fencing tokens for a
+//!   separate lock type (`RFencedLock`) and has no lost-lock signal.
 //!
 //! # Performance
 //!
@@ -169,6 +170,7 @@ mod background;
 mod builder;
 mod client;
 mod conn;
+mod current;
 mod error;
 mod gate;
 mod guard;
@@ -183,6 +185,7 @@ mod sentinel;
 mod shared;
 mod slots;
 mod stock;
+mod task_default;
 mod waiters;
 mod watchdog;
 
@@ -191,6 +194,7 @@ pub mod testing;
 
 pub use builder::{LockClientBuilder, DEFAULT_PREFIX, DEFAULT_TTL, DEFAULT_WAIT};
 pub use client::LockClient;
+pub use current::{current_lock, CurrentLock};
 pub use error::LockError;
 pub use guard::LockGuard;
 pub use lock::Lock;

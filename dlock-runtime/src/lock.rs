@@ -177,6 +177,16 @@ impl Lock {
         if let Some(parent) = scope::enclosing(&inner.client_id, &self.keys.key) {
             return self.reenter(parent).await;
         }
+        if let Some(held) =
+            scope::held_through_another_client(&inner.client_id, &inner.url, &self.keys.key)
+        {
+            // The caller holds it through another client: waiting would wait for itself for
+            // the whole `wait`, then blame "another owner".
+            return Err(LockError::SelfDeadlock {
+                name: self.name.clone(),
+                holder: held.client_id.clone(),
+            });
+        }
         let started = Instant::now();
         let deadline = far_instant(started, wait);
         let timeout = || LockError::Timeout {

@@ -51,7 +51,8 @@ pub(crate) struct LockKeys {
     pub(crate) key: String,
     /// Release messages are published here.
     pub(crate) channel: String,
-    /// The fencing counter; it has no TTL so tokens never go backwards while Redis keeps data.
+    /// The fencing counter. It expires (see `LockGuard::fencing_token`); the next one starts
+    /// from the server clock, so tokens keep rising while Redis keeps data.
     pub(crate) fence: String,
     /// Prefix of the per-request release latches.
     pub(crate) latch_prefix: String,

@@ -65,7 +65,8 @@ pub async fn until_unlocked(lock: &Lock, within: Duration) -> Duration {
     .await
 }
 
-/// Lock hashes left in Redis: `KEYS dlock:*` minus the fencing counters (no TTL by design) and
+/// Lock hashes left in Redis: `KEYS dlock:*` minus the fencing counters (kept past
+/// the lock, so the next holder's token is larger) and
 /// the release/re-entry latches (short-lived request ids).
 pub async fn lock_keys(conn: &mut MultiplexedConnection) -> Vec<String> {
     let keys: Vec<String> = dlock::redis::cmd("KEYS")

@@ -22,6 +22,28 @@ const LOG_LINES: usize = 20;
 
 /// A running `redis-server` owned by the test: killed (SIGKILL) and its directory removed when
 /// dropped, or when the test process exits if it is never dropped (see the module docs).
+///
+/// Available with the `testing` feature. In your own tests, with
+/// `dlock = { version = "...", features = ["testing"] }` under `[dev-dependencies]` and
+/// `redis-server` on the `PATH`:
+///
+/// ```no_run
+/// use dlock_runtime::testing::RedisServer;
+/// use dlock_runtime::LockClient;
+///
+/// #[tokio::test]
+/// async fn one_job_at_a_time() {
+///     // Its own server on a free port: tests run in parallel without sharing state.
+///     let server = RedisServer::start().expect("redis-server on PATH");
+///     let client = LockClient::connect(&server.url()).await.unwrap();
+///     let guard = client.lock("job").acquire().await.unwrap();
+///     let other = LockClient::connect(&server.url()).await.unwrap();
+///     assert!(other.lock("job").try_acquire().await.unwrap().is_none());
+///     guard.release().await.unwrap();
+///     // `client.with_default(fut)` makes it the default of `#[distributed_lock]` for `fut`
+///     // only, where `install()` would be shared by every test of the binary.
+/// }
+/// ```
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,

@@ -1,0 +1,9 @@
+#![allow(dead_code)]
+use dlock::{distributed_lock, LockError};
+
+#[distributed_lock("order:{id}")]
+async fn pay(id: u64) -> Result<(), LockError> {
+    Ok(())
+}
+
+fn main() {}
