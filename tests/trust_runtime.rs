@@ -341,3 +341,50 @@ async fn an_acquire_dropped_on_a_plain_thread_after_sending_leaves_no_lock() {
         .expect("acquire after the clean-up");
     assert!(taken.is_some(), "another client cannot take the freed lock");
 }
+
+/// A reconnect must not move a connection onto the runtime that happened to notice the break:
+/// the client is built on one runtime, its connections are killed and then used from a second
+/// runtime (which reconnects them), which ends; a third runtime must still get answers.
+#[test]
+fn a_reconnect_made_from_a_runtime_that_ends_leaves_the_client_working() {
+    let server = RedisServer::start().expect("redis-server");
+    let url = server.url();
+    let r1 = current_thread();
+    let client = r1
+        .block_on(LockClient::connect(&url))
+        .expect("connect on the first runtime");
+    drop(r1);
+    let r2 = current_thread();
+    r2.block_on(async {
+        server
+            .cli(&["CLIENT", "KILL", "TYPE", "normal"])
+            .expect("CLIENT KILL");
+        // Nothing outside the client can tell when its driver has read the EOF; give it a
+        // moment so the next command, sent from this runtime, is the one that reconnects.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let _ = client.lock("trust:runtime:reconnect").try_acquire().await;
+        let mut ok = false;
+        for _ in 0..100 {
+            if let Ok(Some(g)) = client.lock("trust:runtime:reconnect").try_acquire().await {
+                g.release().await.expect("release after the reconnect");
+                ok = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(ok, "the client did not recover from CLIENT KILL within 2 s");
+    });
+    drop(r2);
+    let r3 = current_thread();
+    let got = r3.block_on(async {
+        client
+            .lock("trust:runtime:after-reconnect")
+            .try_acquire()
+            .await
+            .map(|g| g.is_some())
+    });
+    assert!(
+        matches!(got, Ok(true)),
+        "the runtime that reconnected ended and took the connection with it: {got:?}"
+    );
+}

@@ -13,6 +13,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
+use tokio::runtime::Handle;
 
 use crate::background::Background;
 use crate::builder::{LockClientBuilder, Target};
@@ -160,15 +161,17 @@ impl Topology {
         let config = manager_config(response_timeout, connect_timeout);
         let here = tokio::runtime::Handle::current();
         if here.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
-            let conns = bg.run(open_managers(client, config, n)).await??;
+            let on = Some(bg.handle().clone());
+            let conns = bg.run(open_managers(client, config, n, on)).await??;
             return Ok(Pool::new(conns, None));
         }
-        let front = open_managers(client.clone(), config.clone(), n).await?;
+        let front = open_managers(client.clone(), config.clone(), n, None).await?;
         // Opened (so driven) on the client's thread: the watchdog, orphan clean-ups and
         // background releases use them from there, so no caller runtime can stall a renewal,
         // and commands move to them when the caller's runtime is gone. One is enough for
         // background work; after a switch, every command shares it.
-        let back = bg.run(open_managers(client, config, 1)).await??;
+        let on = Some(bg.handle().clone());
+        let back = bg.run(open_managers(client, config, 1, on)).await??;
         let alive = Arc::new(AtomicBool::new(true));
         let (canary, stop) = Canary::new(alive.clone());
         here.spawn(canary.watch());
@@ -234,18 +237,36 @@ fn manager_config(
         .set_number_of_retries(2)
 }
 
+/// `n` managers; with `on`, every request on them is sent from that runtime (see `Conn`).
 async fn open_managers(
     client: redis::Client,
     config: ConnectionManagerConfig,
     n: usize,
+    on: Option<Handle>,
 ) -> redis::RedisResult<Vec<Conn>> {
     let mut conns = Vec::with_capacity(n);
     for _ in 0..n {
-        conns.push(Conn::Single(
-            ConnectionManager::new_with_config(client.clone(), config.clone()).await?,
-        ));
+        let manager = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
+        conns.push(Conn::Single(manager, on.clone()));
     }
     Ok(conns)
+}
+
+/// Sends one request from `rt`. redis-rs opens a replacement connection (and spawns its
+/// driver) from whichever task polls a broken manager first; polling only from the client's
+/// runtime keeps the driver there, so no caller runtime that ends can take it along. The
+/// request goes out even if the caller stops waiting (a multiplexed connection is cancel-safe
+/// either way), and requests spawned in order reach the socket in order (the client's runtime
+/// runs tasks first come, first served), which orphan clean-up relies on.
+pub(crate) fn from_runtime<'a, T: Send + 'static>(
+    rt: &Handle,
+    request: impl std::future::Future<Output = redis::RedisResult<T>> + Send + 'static,
+) -> RedisFuture<'a, T> {
+    let task = rt.spawn(request);
+    Box::pin(async move {
+        task.await
+            .map_err(|e| redis::RedisError::from(std::io::Error::other(e.to_string())))?
+    })
 }
 
 /// Lives on the runtime that drives the front connections; dropped (when that runtime shuts
@@ -325,7 +346,8 @@ impl Pool {
 /// then expires with its lease (it is never renewed: it was never activated).
 #[derive(Clone)]
 pub(crate) enum Conn {
-    Single(ConnectionManager),
+    /// With a runtime: requests are sent from it (connections the client's thread drives).
+    Single(ConnectionManager, Option<Handle>),
     Cluster(ClusterConnection, Arc<SlotMap>),
     Sentinel(SentinelConn),
 }
@@ -339,7 +361,7 @@ impl Conn {
         keys: &[&str],
     ) -> Vec<(Option<NodeAddr>, Vec<usize>)> {
         match self {
-            Conn::Single(_) | Conn::Sentinel(_) => vec![(None, (0..keys.len()).collect())],
+            Conn::Single(..) | Conn::Sentinel(_) => vec![(None, (0..keys.len()).collect())],
             Conn::Cluster(conn, slots) => slots.group(conn, keys).await,
         }
     }
@@ -351,7 +373,7 @@ impl Conn {
         cmd: &Cmd,
     ) -> redis::RedisResult<Value> {
         match self {
-            Conn::Single(c) => cmd.query_async(c).await,
+            Conn::Single(..) => cmd.query_async(self).await,
             Conn::Sentinel(c) => cmd.query_async(c).await,
             Conn::Cluster(c, _) => c.route_command(cmd.clone(), node.routing()).await,
         }
@@ -368,7 +390,11 @@ impl Conn {
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Single(c, None) => c.req_packed_command(cmd),
+            Conn::Single(c, Some(rt)) => {
+                let (mut c, cmd) = (c.clone(), cmd.clone());
+                from_runtime(rt, async move { c.req_packed_command(&cmd).await })
+            }
             Conn::Cluster(c, _) => c.req_packed_command(cmd),
             Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
@@ -381,7 +407,13 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Single(c, None) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Single(c, Some(rt)) => {
+                let (mut c, pipeline) = (c.clone(), pipeline.clone());
+                from_runtime(rt, async move {
+                    c.req_packed_commands(&pipeline, offset, count).await
+                })
+            }
             Conn::Cluster(c, _) => c.req_packed_commands(pipeline, offset, count),
             Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
@@ -389,7 +421,7 @@ impl ConnectionLike for Conn {
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Single(c) => c.get_db(),
+            Conn::Single(c, _) => c.get_db(),
             Conn::Cluster(c, _) => c.get_db(),
             Conn::Sentinel(c) => c.get_db(),
         }

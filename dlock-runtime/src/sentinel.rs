@@ -15,7 +15,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::runtime::Handle;
 
-use crate::conn::root_only;
+use crate::conn::{from_runtime, root_only};
 
 /// How often the sentinels are asked even when nothing failed: a primary that was demoted
 /// while still reachable (a partition healed) only answers READONLY to writes, which we notice
@@ -268,10 +268,12 @@ pub(crate) struct SentinelConn(pub(crate) Arc<Follower>);
 
 impl ConnectionLike for SentinelConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        let follower = self.0.clone();
-        Box::pin(async move {
+        // Sent from the client's runtime, so reconnects stay there (see `conn::from_runtime`).
+        let (follower, cmd) = (self.0.clone(), cmd.clone());
+        let bg = follower.bg.clone();
+        from_runtime(&bg, async move {
             let mut conn = follower.conn();
-            let reply = conn.req_packed_command(cmd).await;
+            let reply = conn.req_packed_command(&cmd).await;
             follower.after(&reply);
             reply
         })
@@ -283,10 +285,11 @@ impl ConnectionLike for SentinelConn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        let follower = self.0.clone();
-        Box::pin(async move {
+        let (follower, pipeline) = (self.0.clone(), pipeline.clone());
+        let bg = follower.bg.clone();
+        from_runtime(&bg, async move {
             let mut conn = follower.conn();
-            let reply = conn.req_packed_commands(pipeline, offset, count).await;
+            let reply = conn.req_packed_commands(&pipeline, offset, count).await;
             if let Err(e) = &reply {
                 follower.after(&Err(e.clone()));
             }
