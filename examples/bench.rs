@@ -235,9 +235,10 @@ async fn main() {
     let client = setup.client().await;
 
     uncontended(&client, &setup).await;
-    handoff(&client, &client, "same client (local queue)", &setup).await;
+    handoff(&client, &client, "same client (local queue)", &setup, false).await;
     let other = setup.client().await;
-    handoff(&client, &other, "two clients (pub/sub)", &setup).await;
+    handoff(&client, &other, "two clients (pub/sub)", &setup, false).await;
+    handoff(&client, &other, "two clients, fair (grant)", &setup, true).await;
     contention(&client, &setup).await;
     many_waiters(&setup).await;
     watchdog(&setup).await;
@@ -268,13 +269,21 @@ async fn uncontended(client: &LockClient, setup: &Setup) {
 
 /// Holder in `a`, waiter in `b`: time from the holder issuing release to the waiter holding.
 /// Over 8 keys, so on a cluster over every master: divided by the median of their PINGs.
-async fn handoff(a: &LockClient, b: &LockClient, label: &str, setup: &Setup) {
+/// `fair`: the fair lock, whose release hands the lock to the waiter with its message.
+async fn handoff(a: &LockClient, b: &LockClient, label: &str, setup: &Setup, fair: bool) {
+    let lock_of = |c: &LockClient, name: &str| {
+        if fair {
+            c.fair_lock(name)
+        } else {
+            c.lock(name)
+        }
+    };
     let unit = setup.median_unit();
     let mut samples = Vec::new();
     for i in 0..500 {
         let name = format!("bench:handoff:{}", i % 8);
-        let guard = a.lock(&name).acquire().await.unwrap();
-        let waiter_lock = b.lock(&name);
+        let guard = lock_of(a, &name).acquire().await.unwrap();
+        let waiter_lock = lock_of(b, &name);
         let waiter = tokio::spawn(async move {
             let g = waiter_lock.acquire().await.unwrap();
             let at = Instant::now();

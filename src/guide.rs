@@ -31,9 +31,10 @@
 //! Whenever an overlap is a correctness bug. Every hold has a fencing token
 //! (`LockGuard::fencing_token`, `current_lock().fencing_token()` in an annotated body) that
 //! grows with every new holder. Pass it with each write, and make the resource keep the
-//! highest token it has seen and refuse lower ones (a `WHERE fence < $token` in SQL, a
-//! conditional put, a version column). A paused former holder then fails instead of
-//! overwriting. Tokens come from Redis: a failover that loses the acquire can repeat a token
+//! highest token it has seen and refuse lower ones (`WHERE fence <= $token` in SQL, a
+//! conditional put, a version column; [`crate::fence`] has the SQL pattern and
+//! `fence::set_if_newer` for values kept in Redis). A paused former holder then fails instead
+//! of overwriting. Tokens come from Redis: a failover that loses the acquire can repeat a token
 //! (see the bounds below), so for data that must never be overwritten by a stale holder, check
 //! tokens in a store with its own durability, or use a consensus system.
 //!

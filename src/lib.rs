@@ -3,7 +3,7 @@
 //! Run a piece of async work on one machine at a time across a fleet, with a Redis lock named
 //! from the function's arguments. See the README for the tour; this crate re-exports the
 //! runtime ([`LockClient`], [`Lock`], [`LockGuard`], [`LockError`]) and the
-//! `#[distributed_lock]` attribute.
+//! `#[distributed_lock]` and `#[distributed_semaphore]` attributes.
 //!
 //! ## `#[distributed_lock]`
 //!
@@ -26,10 +26,32 @@
 //! rules are documented on [`distributed_lock`]. Inside the body, [`current_lock`] gives the
 //! lock's fencing token and lost signal.
 //!
+//! The same attribute takes the rest of the lock family: `kind = "read"`, `"write"` (a
+//! [`ReadWriteLock`]) or `"fair"` (a fair lock) on one key, and `keys = ["acct:{from}",
+//! "acct:{to}"]` for a [`MultiLock`] over several. [`distributed_semaphore`] lets at most
+//! `permits` bodies run at once (a [`Semaphore`]):
+//!
+//! ```no_run
+//! use dlock::{distributed_lock, distributed_semaphore, LockError};
+//!
+//! #[distributed_lock(keys = ["acct:{from}", "acct:{to}"], wait = "2s")]
+//! async fn transfer(from: u64, to: u64, cents: u64) -> Result<(), LockError> {
+//!     Ok(()) // both accounts held, taken in one order whatever the call's order
+//! }
+//!
+//! #[distributed_semaphore(key = "exports:{tenant}", permits = 3)]
+//! async fn export(tenant: &str) -> Result<(), LockError> {
+//!     Ok(()) // at most 3 at once per tenant across the fleet
+//! }
+//! ```
+//!
 //! ## Before you rely on it
 //!
 //! [`guide`]: is a Redis lock enough for what you protect? Efficiency against correctness,
 //! fencing, failovers, persistence, and the supported Redis versions and deployments.
+//!
+//! [`fence`]: the check your store makes so a holder that outlived its lease cannot overwrite
+//! the next holder's work (in Redis, and the SQL pattern).
 //!
 //! ## Features
 //!
@@ -38,7 +60,7 @@
 
 pub use dlock_runtime::*;
 
-pub use dlock_macros::distributed_lock;
+pub use dlock_macros::{distributed_lock, distributed_semaphore};
 
 pub mod guide;
 

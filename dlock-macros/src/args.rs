@@ -17,12 +17,59 @@ mod kw {
     syn::custom_keyword!(client);
     syn::custom_keyword!(on_busy);
     syn::custom_keyword!(map_err);
+    syn::custom_keyword!(kind);
+    syn::custom_keyword!(keys);
+    syn::custom_keyword!(permits);
 }
 
-/// The option names, in the order the error message lists them.
-pub(crate) const OPTIONS: &[&str] = &[
-    "key", "ttl", "wait", "lease", "client", "on_busy", "map_err", "crate",
-];
+/// Which attribute the options belong to: they share the parser, not every option.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attr {
+    /// `#[distributed_lock]`.
+    Lock,
+    /// `#[distributed_semaphore]`.
+    Semaphore,
+}
+
+impl Attr {
+    /// `#[distributed_lock]`, for messages.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Attr::Lock => "#[distributed_lock]",
+            Attr::Semaphore => "#[distributed_semaphore]",
+        }
+    }
+
+    /// The option names, in the order the error message lists them.
+    pub(crate) fn options(self) -> &'static [&'static str] {
+        match self {
+            Attr::Lock => &[
+                "key", "keys", "kind", "ttl", "wait", "lease", "client", "on_busy", "map_err",
+                "crate",
+            ],
+            Attr::Semaphore => &[
+                "key", "permits", "ttl", "wait", "lease", "client", "on_busy", "map_err", "crate",
+            ],
+        }
+    }
+}
+
+/// `kind = "..."` of `#[distributed_lock]`: which lock of the family the function takes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Kind {
+    /// `client.lock(key)`: the default.
+    Reentrant,
+    /// `client.read_write_lock(key).read()`.
+    Read,
+    /// `client.read_write_lock(key).write()`.
+    Write,
+    /// `client.fair_lock(key)`.
+    Fair,
+}
+
+const KINDS: &str = "`kind = \"reentrant\"` (the plain lock, the default), `kind = \"read\"` and \
+                     `kind = \"write\"` (the shared and the exclusive side of a read-write lock), \
+                     `kind = \"fair\"` (first come, first served)";
 
 /// What the function returns when the lock stays held by another owner for the whole `wait`.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -57,6 +104,12 @@ pub(crate) struct Args {
     pub(crate) map_err: Option<Expr>,
     /// `crate = "..."`: the path the generated code uses instead of `::dlock`.
     pub(crate) krate: Option<Path>,
+    /// `kind = "read"`, with the literal's span.
+    pub(crate) kind: Option<(Kind, Span)>,
+    /// `keys = ["a:{x}", "b:{y}"]`: a multi-lock over the rendered keys.
+    pub(crate) keys: Option<Vec<LitStr>>,
+    /// `permits = 3` of `#[distributed_semaphore]`.
+    pub(crate) permits: Option<u32>,
     /// Mistakes that left the rest readable (unknown, repeated or invalid options). Kept apart
     /// from a parse failure so the key is still checked against the function.
     pub(crate) problems: Errors,
@@ -64,9 +117,22 @@ pub(crate) struct Args {
 
 impl Parse for Args {
     fn parse(input: ParseStream) -> syn::Result<Self> {
+        Args::parse_for(input, Attr::Lock)
+    }
+}
+
+impl Args {
+    /// Parses the options of `attr`; every attribute shares this parser, and the options of
+    /// one attribute given to the other are reported with the attribute that takes them.
+    pub(crate) fn parse_for(input: ParseStream, attr: Attr) -> syn::Result<Self> {
         let mut args = Args::default();
         let mut errors = std::mem::take(&mut args.problems);
         let mut index = 0;
+        // Where `key`, `keys`, `kind` and `permits` were written, for the checks at the end.
+        let mut key_at: Option<(usize, Span)> = None;
+        let mut keys_at: Option<(usize, Span)> = None;
+        let mut kind_name: Option<Span> = None;
+        let mut permits_name: Option<Span> = None;
         while !input.is_empty() {
             index += 1;
             let name_span = input.span();
@@ -76,7 +142,65 @@ impl Parse for Args {
                 let lit = value(input, "key", name_span, |i| {
                     lit_str(i, "key", "\"order:{id}\"")
                 })?;
+                key_at.get_or_insert((index, name_span));
                 set(&mut args.key, lit, "key", name_span, &mut errors);
+            } else if lookahead.peek(kw::keys) {
+                input.parse::<kw::keys>()?;
+                let (lits, brackets) = value(input, "keys", name_span, key_list)?;
+                if lits.is_empty() {
+                    errors.push(syn::Error::new(
+                        brackets,
+                        "`keys = []` is empty: list the key templates of the locks to take \
+                         together, e.g. `keys = [\"acct:{from}\", \"acct:{to}\"]` (or write \
+                         `key = \"...\"` for one lock)",
+                    ));
+                } else {
+                    keys_at.get_or_insert((index, name_span));
+                    set(&mut args.keys, lits, "keys", name_span, &mut errors);
+                }
+            } else if lookahead.peek(kw::kind) {
+                input.parse::<kw::kind>()?;
+                let lit = value(input, "kind", name_span, |i| lit_str(i, "kind", "\"read\""))?;
+                kind_name.get_or_insert(name_span);
+                let kind = match lit.value().as_str() {
+                    "reentrant" => Some(Kind::Reentrant),
+                    "read" => Some(Kind::Read),
+                    "write" => Some(Kind::Write),
+                    "fair" => Some(Kind::Fair),
+                    other => {
+                        let mut msg = format!("unknown kind `{other}`; the kinds are {KINDS}");
+                        if matches!(other, "exclusive" | "plain" | "mutex" | "lock") {
+                            msg.push_str(
+                                "; an exclusive lock is the default: leave `kind` out (or write \
+                                 `kind = \"write\"` to exclude the readers of a read-write lock)",
+                            );
+                        } else if let Some(best) = crate::key::closest(
+                            other,
+                            ["reentrant", "read", "write", "fair"].into_iter(),
+                        ) {
+                            msg.push_str(&format!("; did you mean `kind = \"{best}\"`?"));
+                        }
+                        errors.push(syn::Error::new(lit.span(), msg));
+                        None
+                    }
+                };
+                if let Some(kind) = kind {
+                    set(
+                        &mut args.kind,
+                        (kind, lit.span()),
+                        "kind",
+                        name_span,
+                        &mut errors,
+                    );
+                }
+            } else if lookahead.peek(kw::permits) {
+                input.parse::<kw::permits>()?;
+                let lit = value(input, "permits", name_span, |i| i.parse::<Expr>())?;
+                permits_name.get_or_insert(name_span);
+                match permits_value(&lit) {
+                    Ok(n) => set(&mut args.permits, n, "permits", name_span, &mut errors),
+                    Err(e) => errors.push(e),
+                }
             } else if lookahead.peek(kw::ttl) {
                 input.parse::<kw::ttl>()?;
                 duration_option(input, "ttl", (name_span, index), &mut args.ttl, &mut errors)?;
@@ -143,7 +267,7 @@ impl Parse for Args {
                     format!(
                         "options are named: write `key = {:?}` (the options are {})",
                         lit.value(),
-                        listing()
+                        listing(attr)
                     ),
                 ));
             } else if lookahead.peek(Token![crate]) {
@@ -163,7 +287,7 @@ impl Parse for Args {
                     )),
                 }
             } else if input.peek(syn::Ident) || input.peek(syn::Lifetime) {
-                errors.push(unknown_option(input)?);
+                errors.push(unknown_option(input, attr)?);
             } else {
                 return Err(lookahead.error());
             }
@@ -191,8 +315,130 @@ impl Parse for Args {
                  renewing while the body runs, `lease` is a hard lease with no watchdog; keep one",
             ));
         }
+        match attr {
+            Attr::Lock => {
+                if let Some(span) = permits_name {
+                    errors.push(syn::Error::new(
+                        span,
+                        "`permits` is an option of #[distributed_semaphore]: a lock has one \
+                         holder; for N holders at once write \
+                         `#[distributed_semaphore(key = \"...\", permits = N)]`",
+                    ));
+                }
+                if let (Some(key), Some(keys)) = (key_at, keys_at) {
+                    // At whichever came second.
+                    let span = if key.0 > keys.0 { key.1 } else { keys.1 };
+                    errors.push(syn::Error::new(
+                        span,
+                        "`key` and `keys` cannot be used together: `key = \"...\"` names one \
+                         lock, `keys = [...]` takes several locks all or none; keep one (list \
+                         every key in `keys`)",
+                    ));
+                }
+                if let (Some(_), Some((kind, span))) = (&args.keys, args.kind) {
+                    if kind != Kind::Reentrant {
+                        errors.push(syn::Error::new(
+                            span,
+                            format!(
+                                "`keys = [...]` takes plain (reentrant) locks and cannot be \
+                                 combined with `kind = \"{}\"`; leave `kind` out, or lock a \
+                                 single `key` of that kind",
+                                kind_text(kind)
+                            ),
+                        ));
+                    }
+                }
+            }
+            Attr::Semaphore => {
+                for (span, name) in [(kind_name, "kind"), (keys_at.map(|k| k.1), "keys")] {
+                    if let Some(span) = span {
+                        errors.push(syn::Error::new(
+                            span,
+                            format!(
+                                "`{name}` is an option of #[distributed_lock], not of \
+                                 #[distributed_semaphore]; the options are {}",
+                                listing(attr)
+                            ),
+                        ));
+                    }
+                }
+                if args.permits.is_none() && permits_name.is_none() {
+                    errors.push(syn::Error::new(
+                        Span::call_site(),
+                        "#[distributed_semaphore] needs `permits = N`, how many holders may run \
+                         the body at once, e.g. \
+                         `#[distributed_semaphore(key = \"exports\", permits = 3)]`",
+                    ));
+                }
+            }
+        }
         args.problems = errors;
         Ok(args)
+    }
+}
+
+/// `"read"` for `Kind::Read`, for messages.
+pub(crate) fn kind_text(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Reentrant => "reentrant",
+        Kind::Read => "read",
+        Kind::Write => "write",
+        Kind::Fair => "fair",
+    }
+}
+
+/// `["a:{x}", "b:{y}"]`: the templates and the brackets' span.
+fn key_list(input: ParseStream) -> syn::Result<(Vec<LitStr>, Span)> {
+    if !input.peek(syn::token::Bracket) {
+        let tt: TokenTree = input.parse()?;
+        return Err(syn::Error::new(
+            tt.span(),
+            "`keys` takes a list of string literals, e.g. \
+             `keys = [\"acct:{from}\", \"acct:{to}\"]`",
+        ));
+    }
+    let content;
+    let brackets = syn::bracketed!(content in input);
+    let lits = content.parse_terminated(
+        |i: ParseStream| {
+            if i.peek(LitStr) {
+                i.parse::<LitStr>()
+            } else {
+                let tt: TokenTree = i.parse()?;
+                Err(syn::Error::new(
+                    tt.span(),
+                    "each of `keys` is a key template in a string literal, e.g. \
+                     `keys = [\"acct:{from}\", \"acct:{to}\"]`",
+                ))
+            }
+        },
+        Token![,],
+    )?;
+    Ok((lits.into_iter().collect(), brackets.span.join()))
+}
+
+/// `permits = 3`: an integer literal from 1 to `u32::MAX`.
+fn permits_value(expr: &Expr) -> syn::Result<u32> {
+    const HOW: &str = "`permits` takes an integer literal greater than zero, the number of \
+                       holders allowed at once, e.g. `permits = 3`";
+    let Expr::Lit(syn::ExprLit {
+        lit: syn::Lit::Int(int),
+        ..
+    }) = expr
+    else {
+        return Err(syn::Error::new_spanned(expr, HOW));
+    };
+    match int.base10_parse::<u32>() {
+        Ok(0) => Err(syn::Error::new(
+            int.span(),
+            "`permits = 0`: a semaphore without permits could never be acquired; give at least \
+             one, e.g. `permits = 1` (one holder at a time)",
+        )),
+        Ok(n) => Ok(n),
+        Err(_) => Err(syn::Error::new(
+            int.span(),
+            format!("{HOW}; `{int}` is not a number from 1 to {}", u32::MAX),
+        )),
     }
 }
 
@@ -261,6 +507,9 @@ fn example(name: &str) -> &'static str {
         "client" => "`client = self.locks`",
         "on_busy" => "`on_busy = \"skip\"`",
         "map_err" => "`map_err = to_http_error`",
+        "kind" => "`kind = \"read\"`",
+        "keys" => "`keys = [\"acct:{from}\", \"acct:{to}\"]`",
+        "permits" => "`permits = 3`",
         _ => "`crate = \"::dlock\"`",
     }
 }
@@ -438,8 +687,8 @@ fn dot(fraction: &str) -> String {
 }
 
 /// "`key`, `ttl`, ...": every option, for messages.
-fn listing() -> String {
-    OPTIONS
+fn listing(attr: Attr) -> String {
+    attr.options()
         .iter()
         .map(|o| format!("`{o}`"))
         .collect::<Vec<_>>()
@@ -448,11 +697,15 @@ fn listing() -> String {
 
 /// An option we do not know: report it with the valid names (and the closest one), then skip
 /// its `= value` so the options after it are still checked.
-fn unknown_option(input: ParseStream) -> syn::Result<syn::Error> {
+fn unknown_option(input: ParseStream, attr: Attr) -> syn::Result<syn::Error> {
     let name = input.call(<syn::Ident as syn::ext::IdentExt>::parse_any)?;
     let text = name.to_string();
-    let mut msg = format!("unknown option `{text}`; the options are {}", listing());
-    if let Some(best) = crate::key::closest(&text, OPTIONS.iter().copied()) {
+    let mut msg = format!(
+        "unknown option `{text}`; the options of {} are {}",
+        attr.name(),
+        listing(attr)
+    );
+    if let Some(best) = crate::key::closest(&text, attr.options().iter().copied()) {
         msg.push_str(&format!("; did you mean `{best}`?"));
     }
     // Skip `= value` up to the next top-level comma.
@@ -555,7 +808,10 @@ mod tests {
         assert!(e.contains("unknown option `ky`"), "{e}");
         assert!(e.contains("did you mean `key`"), "{e}");
         assert!(
-            e.contains("`key`, `ttl`, `wait`, `lease`, `client`, `on_busy`, `map_err`, `crate`"),
+            e.contains(
+                "`key`, `keys`, `kind`, `ttl`, `wait`, `lease`, `client`, `on_busy`, \
+                 `map_err`, `crate`"
+            ),
             "{e}"
         );
         assert!(e.contains("unknown unit `x`"), "{e}");
@@ -580,5 +836,109 @@ mod tests {
         assert_eq!(a.wait.unwrap().millis, FOREVER);
         assert!(a.on_busy.unwrap().0 == OnBusy::Skip);
         assert!(a.map_err.is_some());
+    }
+
+    fn err_for(src: &str, attr: Attr) -> String {
+        use syn::parse::Parser;
+        let parser = |i: ParseStream| Args::parse_for(i, attr);
+        let result = parser
+            .parse_str(src)
+            .and_then(|mut a| std::mem::take(&mut a.problems).finish());
+        match result {
+            Ok(()) => panic!("`{src}` parsed"),
+            Err(e) => e
+                .into_iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(" | "),
+        }
+    }
+
+    #[test]
+    fn family_options() {
+        let a = parse(r#"kind = "read", key = "a""#).unwrap();
+        assert_eq!(a.kind.unwrap().0, Kind::Read);
+        for (text, kind) in [
+            ("reentrant", Kind::Reentrant),
+            ("write", Kind::Write),
+            ("fair", Kind::Fair),
+        ] {
+            let a = parse(&format!("kind = {text:?}")).unwrap();
+            assert_eq!(a.kind.unwrap().0, kind);
+        }
+        let a = parse(r#"keys = ["acct:{from}", "acct:{to}",]"#).unwrap();
+        let keys: Vec<String> = a.keys.unwrap().iter().map(LitStr::value).collect();
+        assert_eq!(keys, ["acct:{from}", "acct:{to}"]);
+        assert!(parse(r#"keys = ["a"], kind = "reentrant""#).is_ok());
+
+        let e = err(r#"kind = "exclusive""#);
+        assert!(e.contains("unknown kind `exclusive`"), "{e}");
+        assert!(e.contains("`kind = \"fair\"`"), "{e}");
+        assert!(e.contains("leave `kind` out"), "{e}");
+        assert!(err(r#"kind = "reed""#).contains("did you mean `kind = \"read\"`"));
+        let e = err(r#"key = "a", keys = ["b"]"#);
+        assert!(
+            e.contains("`key` and `keys` cannot be used together"),
+            "{e}"
+        );
+        assert!(err("keys = []").contains("`keys = []` is empty"));
+        assert!(err(r#"keys = "a""#).contains("`keys` takes a list"));
+        assert!(err("keys = [a]").contains("a key template in a string literal"));
+        let e = err(r#"keys = ["a"], kind = "read""#);
+        assert!(
+            e.contains("cannot be combined with `kind = \"read\"`"),
+            "{e}"
+        );
+        let e = err("permits = 2");
+        assert!(
+            e.contains("`permits` is an option of #[distributed_semaphore]"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn semaphore_options() {
+        use syn::parse::Parser;
+        let parser = |i: ParseStream| Args::parse_for(i, Attr::Semaphore);
+        let a = parser
+            .parse_str(r#"key = "exports", permits = 3, ttl = "5s""#)
+            .unwrap();
+        assert!(a.problems.0.is_none());
+        assert_eq!(a.permits, Some(3));
+        let e = err_for("permits = 0", Attr::Semaphore);
+        assert!(e.contains("`permits = 0`"), "{e}");
+        assert!(e.contains("give at least one"), "{e}");
+        for bad in [
+            "permits = -1",
+            "permits = \"3\"",
+            "permits = 4294967296",
+            "permits = n",
+        ] {
+            let e = err_for(bad, Attr::Semaphore);
+            assert!(
+                e.contains("integer literal greater than zero"),
+                "{bad}: {e}"
+            );
+        }
+        let e = err_for(r#"key = "a""#, Attr::Semaphore);
+        assert!(e.contains("needs `permits = N`"), "{e}");
+        let e = err_for(
+            r#"permits = 1, kind = "read", keys = ["a"]"#,
+            Attr::Semaphore,
+        );
+        assert!(
+            e.contains("`kind` is an option of #[distributed_lock]"),
+            "{e}"
+        );
+        assert!(
+            e.contains("`keys` is an option of #[distributed_lock]"),
+            "{e}"
+        );
+        let e = err_for("permit = 1", Attr::Semaphore);
+        assert!(
+            e.contains("the options of #[distributed_semaphore] are `key`, `permits`"),
+            "{e}"
+        );
+        assert!(e.contains("did you mean `permits`"), "{e}");
     }
 }

@@ -12,13 +12,19 @@ use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
 use syn::{AttrStyle, GenericArgument, ItemFn, Path, PathArguments, ReturnType, Type};
 
-use crate::args::{Args, DurationArg, Errors, OnBusy, FOREVER};
+use crate::args::{Args, Attr, DurationArg, Errors, Kind, OnBusy, FOREVER};
 use crate::key::Template;
 
 /// Parses the attribute and the item and writes the new item.
-pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+pub(crate) fn expand(
+    which: Attr,
+    attr: TokenStream,
+    item: TokenStream,
+) -> syn::Result<TokenStream> {
+    use syn::parse::Parser;
     let mut errors = Errors::default();
-    let args = match syn::parse2::<Args>(attr) {
+    let parser = |input: syn::parse::ParseStream| Args::parse_for(input, which);
+    let args = match parser.parse2(attr) {
         Ok(mut args) => {
             errors = std::mem::take(&mut args.problems);
             Some(args)
@@ -33,29 +39,40 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
         Err(e) => {
             errors.push(syn::Error::new(
                 e.span(),
-                format!("#[distributed_lock] goes on an `async fn` with a body: {e}"),
+                format!("{} goes on an `async fn` with a body: {e}", which.name()),
             ));
             errors.finish()?;
             unreachable!("an error was pushed");
         }
     };
-    let is_async = check_async(&func).map_err(|e| errors.push(e)).is_ok();
+    let is_async = check_async(&func, which)
+        .map_err(|e| errors.push(e))
+        .is_ok();
     let error_site = if is_async || !looks_like_async_trait(&func) {
-        error_site(&func.sig).map_err(|e| errors.push(e))
+        error_site(&func.sig, which).map_err(|e| errors.push(e))
     } else {
         // Its `Pin<Box<dyn Future>>` return type is not the user's mistake: say nothing more.
         Err(())
     };
-    let template = match args.as_ref().and_then(|a| a.key.as_ref()) {
-        Some(lit) => Template::parse(lit)
-            .and_then(|t| t.check(&func.sig).map(|()| Some(t)))
+    let mut compile = |lit: &syn::LitStr| {
+        Template::parse(lit)
+            .and_then(|t| t.check(&func.sig).map(|()| t))
             .map_err(|e| errors.push(e))
-            .unwrap_or(None),
-        None => None,
+            .ok()
     };
+    let template = args
+        .as_ref()
+        .and_then(|a| a.key.as_ref())
+        .and_then(&mut compile);
+    // Every template of `keys`, each checked like `key` (all of them, errors together).
+    let templates: Vec<Option<Template>> = args
+        .as_ref()
+        .and_then(|a| a.keys.as_ref())
+        .map(|lits| lits.iter().map(&mut compile).collect())
+        .unwrap_or_default();
     if let (Some(args), Ok(site)) = (&args, &error_site) {
         if let Some((OnBusy::Skip, span)) = args.on_busy {
-            check_skip(site, span, &func.sig.output)
+            check_skip(site, span, &func.sig.output, which)
                 .map_err(|e| errors.push(e))
                 .ok();
         }
@@ -64,27 +81,51 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
     let (Some(args), Ok(error_site)) = (args, error_site) else {
         unreachable!("errors were reported above");
     };
-    Ok(generate(&args, template.as_ref(), func, error_site))
+    let templates: Vec<Template> = templates.into_iter().flatten().collect();
+    let what = match (which, args.permits, templates.is_empty()) {
+        (Attr::Semaphore, Some(permits), _) => What::Semaphore(template.as_ref(), permits),
+        (Attr::Lock, _, false) => What::Multi(&templates),
+        _ => What::Lock(
+            args.kind.map_or(Kind::Reentrant, |(k, _)| k),
+            template.as_ref(),
+        ),
+    };
+    Ok(generate(&args, what, func, error_site))
 }
 
-fn check_async(func: &ItemFn) -> syn::Result<()> {
+/// What the function takes before its body runs.
+enum What<'t> {
+    /// One lock of the family, on `key` (or the default key).
+    Lock(Kind, Option<&'t Template>),
+    /// `keys = [...]`: a multi-lock; never empty.
+    Multi(&'t [Template]),
+    /// A permit of a semaphore of that many permits, on `key` (or the default key).
+    Semaphore(Option<&'t Template>, u32),
+}
+
+fn check_async(func: &ItemFn, which: Attr) -> syn::Result<()> {
+    let name = which.name();
     if func.sig.asyncness.is_some() {
         return Ok(());
     }
     if looks_like_async_trait(func) {
         return Err(syn::Error::new(
             func.sig.fn_token.span,
-            "#[distributed_lock] sees this method after #[async_trait] turned it into a plain \
-             `fn` returning a boxed future, and cannot lock that; no attribute order fixes it, \
-             because #[async_trait] on the impl always expands first. Use a native `async fn` \
-             in the trait (Rust 1.75+) instead of #[async_trait], or put #[distributed_lock] on \
-             an inherent `async fn` and call it from the trait method",
+            format!(
+                "{name} sees this method after #[async_trait] turned it into a plain `fn` \
+                 returning a boxed future, and cannot lock that; no attribute order fixes it, \
+                 because #[async_trait] on the impl always expands first. Use a native `async \
+                 fn` in the trait (Rust 1.75+) instead of #[async_trait], or put {name} on an \
+                 inherent `async fn` and call it from the trait method"
+            ),
         ));
     }
     Err(syn::Error::new(
         func.sig.fn_token.span,
-        "#[distributed_lock] goes on an `async fn`: the lock is acquired with `.await` before \
-         the body runs; write `async fn`",
+        format!(
+            "{name} goes on an `async fn`: the lock is acquired with `.await` before the body \
+             runs; write `async fn`"
+        ),
     ))
 }
 
@@ -123,23 +164,26 @@ struct ErrorSite {
 }
 
 /// Checks the return type is `Result<..>` and finds the error type in it.
-fn error_site(sig: &syn::Signature) -> syn::Result<ErrorSite> {
-    const HOW: &str = "#[distributed_lock] needs the function to return `Result<T, E>` with \
-                       `E: From<dlock::LockError>`: when the lock cannot be taken the function \
-                       returns `Err(LockError.into())` instead of running the body";
+fn error_site(sig: &syn::Signature, which: Attr) -> syn::Result<ErrorSite> {
+    let how = format!(
+        "{} needs the function to return `Result<T, E>` with `E: From<dlock::LockError>`: when \
+         the lock cannot be taken the function returns `Err(LockError.into())` instead of \
+         running the body",
+        which.name()
+    );
     let ty = match &sig.output {
         ReturnType::Type(_, ty) => ty,
         ReturnType::Default => {
             return Err(syn::Error::new(
                 sig.ident.span(),
-                format!("{HOW}; this function returns `()`"),
+                format!("{how}; this function returns `()`"),
             ))
         }
     };
     // Syntactic, as a macro must be: `Result`, `io::Result`, `anyhow::Result` and aliases named
     // like `JobResult` pass; rustc then checks the `Err(..)` the expansion builds.
     let Some(last) = last_segment(ty).filter(|s| s.ident.to_string().ends_with("Result")) else {
-        return Err(syn::Error::new_spanned(ty, HOW));
+        return Err(syn::Error::new_spanned(ty, how));
     };
     let type_args: Vec<&Type> = match &last.arguments {
         PathArguments::AngleBracketed(a) => a
@@ -162,7 +206,7 @@ fn error_site(sig: &syn::Signature) -> syn::Result<ErrorSite> {
 }
 
 /// `on_busy = "skip"` answers `Ok(None)`: the `T` of `Result<T, E>` must be an `Option`.
-fn check_skip(site: &ErrorSite, span: Span, output: &ReturnType) -> syn::Result<()> {
+fn check_skip(site: &ErrorSite, span: Span, output: &ReturnType, which: Attr) -> syn::Result<()> {
     if site
         .ok
         .as_ref()
@@ -171,10 +215,15 @@ fn check_skip(site: &ErrorSite, span: Span, output: &ReturnType) -> syn::Result<
     {
         return Ok(());
     }
-    let message = "`on_busy = \"skip\"` returns `Ok(None)` when another owner keeps the lock \
-                   for the whole `wait`, so the function must return `Result<Option<T>, E>`: \
-                   wrap the value in `Option`, or leave `on_busy` out to get \
-                   `Err(LockError::Timeout)` instead";
+    let busy = match which {
+        Attr::Lock => "another owner keeps the lock",
+        Attr::Semaphore => "no permit frees up",
+    };
+    let message = format!(
+        "`on_busy = \"skip\"` returns `Ok(None)` when {busy} for the whole `wait`, so the \
+         function must return `Result<Option<T>, E>`: wrap the value in `Option`, or leave \
+         `on_busy` out to get `Err(LockError::Timeout)` instead"
+    );
     // At the return type, the thing to change; at the option when there is none.
     let err = match output {
         ReturnType::Type(_, ty) => syn::Error::new_spanned(ty, message),
@@ -191,12 +240,7 @@ fn contains_impl_or_infer(ty: &Type) -> bool {
             .any(|w| w == "_")
 }
 
-fn generate(
-    args: &Args,
-    template: Option<&Template>,
-    func: ItemFn,
-    error_site: ErrorSite,
-) -> TokenStream {
+fn generate(args: &Args, what: What<'_>, func: ItemFn, error_site: ErrorSite) -> TokenStream {
     let ItemFn {
         attrs,
         vis,
@@ -258,9 +302,17 @@ fn generate(
         }
     };
 
-    let key_expr = match template {
-        Some(t) => t.render(&krate),
-        None => {
+    let template = match what {
+        What::Lock(_, t) | What::Semaphore(t, _) => t,
+        What::Multi(_) => None,
+    };
+    let key_expr = match (template, &what) {
+        (_, What::Multi(templates)) => {
+            let keys = templates.iter().map(|t| t.render(&krate));
+            quote! { [#(#keys),*] }
+        }
+        (Some(t), _) => t.render(&krate),
+        (None, _) => {
             let name = sig.ident.to_string();
             let name = name.strip_prefix("r#").unwrap_or(&name);
             if sig.receiver().is_some() {
@@ -327,17 +379,54 @@ fn generate(
     // A `match` rather than `let guard = ...?`: the guard is bound in the arm that runs the
     // body, so nothing (clippy's `significant_drop_tightening` included) can mistake it for a
     // binding that outlives its use.
+    let key_ty = match &what {
+        What::Multi(templates) => {
+            let n = proc_macro2::Literal::usize_unsuffixed(templates.len());
+            quote! { [::std::string::String; #n] }
+        }
+        _ => quote! { ::std::string::String },
+    };
+    // What is taken, and how the body runs and the hold is given back.
+    let (handle, run, release) = match what {
+        What::Lock(kind, _) => {
+            let handle = match kind {
+                Kind::Reentrant => quote! { #client.lock(#key) },
+                Kind::Read => quote! { #client.read_write_lock(#key).read() },
+                Kind::Write => quote! { #client.read_write_lock(#key).write() },
+                Kind::Fair => quote! { #client.fair_lock(#key) },
+            };
+            (
+                handle,
+                quote! { #guard.scope(async move #block).await },
+                quote! { #krate::LockGuard::release_logged(#guard).await; },
+            )
+        }
+        What::Multi(_) => (
+            quote! { #client.multi_lock(#key) },
+            quote! { #krate::MultiGuard::scope(&#guard, async move #block).await },
+            quote! { #krate::MultiGuard::release_logged(#guard).await; },
+        ),
+        What::Semaphore(_, permits) => {
+            let permits = proc_macro2::Literal::u32_unsuffixed(permits);
+            (
+                quote! { #client.semaphore(#key, #permits) },
+                // Permits are not re-entrant: no scope, the body runs as it is.
+                quote! { (async move #block).await },
+                quote! { #krate::Permit::release_logged(#guard).await; },
+            )
+        }
+    };
     let body = quote! {
         #(#inner_attrs)*
-        let #key: ::std::string::String = #key_expr;
+        let #key: #key_ty = #key_expr;
         #get_client
-        let #acquired = #client.lock(#key) #(#options)* .acquire().await;
+        let #acquired = #handle #(#options)* .acquire().await;
         match #acquired {
             ::core::result::Result::Ok(#guard) => {
-                let #ret: #ret_ty = #guard.scope(async move #block).await;
+                let #ret: #ret_ty = #run;
                 // The body's result wins over a failed release: its effects already
                 // happened, and the lease expires on its own. `release_logged` logs it.
-                #krate::LockGuard::release_logged(#guard).await;
+                #release
                 #ret
             }
             #busy
@@ -376,7 +465,7 @@ mod tests {
     use super::*;
 
     fn expand_str(attr: &str, item: &str) -> Result<String, String> {
-        expand(attr.parse().unwrap(), item.parse().unwrap())
+        expand(Attr::Lock, attr.parse().unwrap(), item.parse().unwrap())
             .map(|t| t.to_string())
             .map_err(|e| {
                 e.into_iter()
@@ -553,5 +642,96 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("no parameter `nope`"), "{e}");
+    }
+
+    fn expand_as(which: Attr, attr: &str, item: &str) -> Result<String, String> {
+        expand(which, attr.parse().unwrap(), item.parse().unwrap())
+            .map(|t| t.to_string())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn family_expansions() {
+        let item = "async fn f(id: u8) -> Result<(), E> { Ok(()) }";
+        for (kind, handle) in [
+            (
+                "read",
+                "__dlock_client . read_write_lock (__dlock_key) . read ()",
+            ),
+            (
+                "write",
+                "__dlock_client . read_write_lock (__dlock_key) . write ()",
+            ),
+            ("fair", "__dlock_client . fair_lock (__dlock_key)"),
+            ("reentrant", "__dlock_client . lock (__dlock_key)"),
+        ] {
+            let out = expand_str(&format!(r#"key = "k:{{id}}", kind = "{kind}""#), item).unwrap();
+            assert!(
+                out.contains(&format!(
+                    "let __dlock_acquired = {handle} . acquire () . await"
+                )),
+                "{kind}: {out}"
+            );
+            assert!(out.contains("__dlock_guard . scope (async move"), "{out}");
+            assert!(out.contains(":: dlock :: LockGuard :: release_logged (__dlock_guard)"));
+        }
+
+        let out = expand_str(
+            r#"keys = ["acct:{from}", "acct:{to}"], wait = "1s""#,
+            "async fn t(from: u8, to: u8) -> Result<(), E> { Ok(()) }",
+        )
+        .unwrap();
+        assert!(
+            out.contains(
+                "let __dlock_key : [:: std :: string :: String ; 2] = [:: std :: format !"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "__dlock_client . multi_lock (__dlock_key) . wait (:: core :: time :: Duration \
+                 :: from_millis (1000)) . acquire () . await"
+            ),
+            "{out}"
+        );
+        assert!(out.contains(":: dlock :: MultiGuard :: scope (& __dlock_guard , async move"));
+        assert!(out.contains(":: dlock :: MultiGuard :: release_logged (__dlock_guard)"));
+        // Each template is checked against the signature, all errors together.
+        let e = expand_str(
+            r#"keys = ["acct:{frm}", "acct:{too}"]"#,
+            "async fn t(from: u8, to: u8) -> Result<(), E> { Ok(()) }",
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("no parameter `frm`") && e.contains("no parameter `too`"),
+            "{e}"
+        );
+
+        let out = expand_as(
+            Attr::Semaphore,
+            r#"key = "exports:{id}", permits = 2, on_busy = "skip""#,
+            "async fn x(id: u8) -> Result<Option<u8>, E> { Ok(Some(id)) }",
+        )
+        .unwrap();
+        assert!(
+            out.contains("__dlock_client . semaphore (__dlock_key , 2) . acquire () . await"),
+            "{out}"
+        );
+        assert!(
+            out.contains("(async move { Ok (Some (id)) }) . await"),
+            "{out}"
+        );
+        assert!(out.contains(":: dlock :: Permit :: release_logged (__dlock_guard)"));
+        assert!(out.contains("LockError :: Timeout { .. }) =>"), "{out}");
+        let e = expand_as(
+            Attr::Semaphore,
+            "permits = 1",
+            "fn f() -> Result<(), E> { Ok(()) }",
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("#[distributed_semaphore] goes on an `async fn`"),
+            "{e}"
+        );
     }
 }

@@ -1,8 +1,11 @@
-//! The `#[distributed_lock]` attribute of [dlock](https://docs.rs/dlock).
+//! The `#[distributed_lock]` and `#[distributed_semaphore]` attributes of
+//! [dlock](https://docs.rs/dlock).
 //!
-//! Use it through the `dlock` facade (`use dlock::distributed_lock;`): the code it writes calls
-//! `::dlock::...`, and its reference documentation is on the attribute itself, which users read
-//! as `dlock::distributed_lock`. This crate holds only the macro.
+//! Use them through the `dlock` facade (`use dlock::{distributed_lock, distributed_semaphore};`):
+//! the code they write calls `::dlock::...`, and their reference documentation is on the
+//! attributes themselves, which users read as `dlock::distributed_lock` and
+//! `dlock::distributed_semaphore`. This crate holds only the macros; both share one option
+//! parser, one key compiler and one code generator.
 
 mod args;
 mod expand;
@@ -76,6 +79,8 @@ use proc_macro::TokenStream;
 /// | option | default | |
 /// |---|---|---|
 /// | `key = "..."` | `<module>::<fn>`, `<module>::<Type>::<method>` | the lock's name |
+/// | `kind = "read"` | `"reentrant"` | `"read"`, `"write"`, `"fair"`: which lock of the family |
+/// | `keys = ["a:{x}", ..]` | none | several locks, all or none; exclusive with `key` |
 /// | `ttl = "30s"` | the client's `default_ttl`, 30 s | lease renewed by the watchdog |
 /// | `wait = "5s"` | the client's `default_wait`, 10 s | `"0s"` tries once, `"forever"` |
 /// | `lease = "10s"` | none | hard lease, no watchdog; exclusive with `ttl` |
@@ -132,6 +137,77 @@ use proc_macro::TokenStream;
 /// async fn nightly_report() -> Result<(), LockError> {
 ///     // Holds `<this module>::nightly_report`.
 ///     Ok(())
+/// }
+/// ```
+///
+/// ## `kind = "read" | "write" | "fair"`
+///
+/// Which lock of the family the function takes on its key. Everything else (the key,
+/// `ttl`/`lease`/`wait`, `client`, `on_busy`, `map_err`, `current_lock()` in the body, the
+/// release on every way out, re-entry along the call chain) works the same for every kind;
+/// only the lock handle changes:
+///
+/// | `kind` | the handle | |
+/// |---|---|---|
+/// | `"reentrant"` (or no `kind`) | `client.lock(key)` | the plain exclusive lock |
+/// | `"read"` | `client.read_write_lock(key).read()` | shared with other readers |
+/// | `"write"` | `client.read_write_lock(key).write()` | excludes readers and writers |
+/// | `"fair"` | `client.fair_lock(key)` | exclusive, granted first come, first served |
+///
+/// A read-write lock and a fair lock keep their own Redis keys: `kind = "read"` on
+/// `"doc:{id}"` and a plain `client.lock("doc:7")` do not exclude each other, while
+/// `kind = "write"` and `client.read_write_lock("doc:7").write()` do. A writer's body may call
+/// a `kind = "read"` function on the same key (a downgrade); a reader's body calling a
+/// `kind = "write"` function on its key fails at once with `LockError::WouldDeadlock` (an
+/// upgrade) instead of deadlocking.
+/// Any other text is a compile error listing the kinds.
+///
+/// ```no_run
+/// # use dlock::{distributed_lock, LockError};
+/// #[distributed_lock(key = "doc:{id}", kind = "read")]
+/// async fn show(id: u64) -> Result<String, LockError> {
+///     Ok(format!("doc {id}")) // many readers at once, never during a `kind = "write"` body
+/// }
+///
+/// #[distributed_lock(key = "doc:{id}", kind = "write", wait = "5s")]
+/// async fn edit(id: u64, text: &str) -> Result<(), LockError> {
+///     Ok(()) // alone: no reader and no other writer of `doc:<id>`
+/// }
+///
+/// #[distributed_lock(key = "queue:{name}", kind = "fair")]
+/// async fn take_turn(name: &str) -> Result<(), LockError> {
+///     Ok(()) // callers of every process get in in the order they asked
+/// }
+/// ```
+///
+/// ## `keys = ["acct:{from}", "acct:{to}"]`
+///
+/// Several plain locks taken together, all or none, through `client.multi_lock(keys)`: each
+/// template is compiled and checked against the parameters like `key`, and the locks are taken
+/// in one canonical order (sorted by Redis key, duplicates once), so `transfer(a, b)` racing
+/// `transfer(b, a)` never deadlocks whatever order the templates are listed in. `ttl`, `lease`
+/// and `wait` apply to the whole acquire (one `wait` budget for all the locks; each lock has its
+/// own lease). If one lock stays busy for the whole `wait`, the ones already taken are given
+/// back and the function returns the `Timeout` (or `Ok(None)` with `on_busy = "skip"`).
+///
+/// They are the plain locks of `client.lock(name)`: `keys = ["acct:{from}", "acct:{to}"]` and
+/// `key = "acct:{id}"` exclude each other on a shared account, and a body holding the multi-lock
+/// re-enters any of its locks (alone or in another multi-lock) in calls it makes.
+///
+/// `keys` is exclusive with `key`, cannot be empty, and takes only the plain lock: `kind`
+/// other than `"reentrant"` beside it is a compile error.
+///
+/// Inside the body, `current_lock()` returns **one** of the held locks: the last in the
+/// canonical order (the greatest Redis key, which is not always the last template listed nor
+/// the greatest rendered name). Its `lost()` and `fencing_token()` are that lock's only; for
+/// every lock's token, take the locks with `client.multi_lock(...)` yourself and use
+/// `MultiGuard::fencing_token(name)`.
+///
+/// ```no_run
+/// # use dlock::{distributed_lock, LockError};
+/// #[distributed_lock(keys = ["acct:{from}", "acct:{to}"], wait = "2s")]
+/// async fn transfer(from: u64, to: u64, cents: u64) -> Result<(), LockError> {
+///     Ok(()) // holds `acct:<from>` and `acct:<to>`
 /// }
 /// ```
 ///
@@ -341,6 +417,19 @@ use proc_macro::TokenStream;
 /// }
 /// ```
 ///
+/// The kinds and `keys` change only step 3 and the guard's type, nothing else:
+///
+/// * `kind = "read"`: `__dlock_client.read_write_lock(__dlock_key).read()` instead of
+///   `.lock(__dlock_key)`; `kind = "write"`: `...read_write_lock(__dlock_key).write()`;
+///   `kind = "fair"`: `__dlock_client.fair_lock(__dlock_key)`. The guard is a `LockGuard` for
+///   each, so steps 4 to 6 are as above.
+/// * `keys = ["acct:{from}", "acct:{to}"]`: step 1 renders every template,
+///   `let __dlock_key: [String; 2] = [format!("acct:{}", KeyPart(&from)), ...];`; step 3 is
+///   `__dlock_client.multi_lock(__dlock_key)` with the same options and `.acquire().await`;
+///   step 4 is `::dlock::MultiGuard::scope(&__dlock_guard, async move { ... }).await` and step 5
+///   `::dlock::MultiGuard::release_logged(__dlock_guard).await` (every lock, concurrently,
+///   failures logged).
+///
 /// The other options change only their part: `map_err = f` builds both `Err`s as
 /// `Err(f(__dlock_err))`; `on_busy = "skip"` adds an arm
 /// `Err(LockError::Timeout { .. }) => Ok(None)` before the last one; a return type not spelled
@@ -361,6 +450,9 @@ use proc_macro::TokenStream;
 ///   background on the current tokio runtime. Cancelled while still acquiring: the runtime
 ///   gives back whatever Redis may have granted.
 /// * **Process crash**: nobody renews the lease any more; the lock expires after `ttl`.
+///
+/// The same holds for every `kind` and for `keys` (a dropped `MultiGuard` releases every lock in
+/// the background; a multi-lock acquire that gives up gives back what it had taken first).
 ///
 /// Parameters the body uses are moved into its `async move` block and dropped when the body
 /// finishes, just before the release.
@@ -416,15 +508,23 @@ use proc_macro::TokenStream;
 /// zero `ttl`/`lease`, `lease` together with `ttl`, an unknown option (listing the valid ones),
 /// a bare string instead of `key = "..."`, a repeated option, a missing `=` or value, a function
 /// that is not `async` or does not return a `Result` (also when its return type is only named
-/// like one, `SearchResult`), `on_busy = "skip"` without `Result<Option<T>, E>`. rustc itself
+/// like one, `SearchResult`), `on_busy = "skip"` without `Result<Option<T>, E>`, an unknown
+/// `kind` (listing the kinds), `key` together with `keys`, an empty `keys = []`, `keys` with a
+/// `kind` other than `"reentrant"`, `permits` (an option of `#[distributed_semaphore]`). rustc
+/// itself
 /// reports, on your tokens, an error type without `From<LockError>` (at `E`), a `map_err`
 /// function of the wrong type (at the function), a missing field and a value that is not
 /// `Display` (at the key). After an error the function is still emitted as written, so one
 /// mistake does not cascade into errors at every call site.
 #[proc_macro_attribute]
 pub fn distributed_lock(attr: TokenStream, item: TokenStream) -> TokenStream {
+    attribute(args::Attr::Lock, attr, item)
+}
+
+/// The shared front of both attributes: expand, or emit the error beside the item as written.
+fn attribute(which: args::Attr, attr: TokenStream, item: TokenStream) -> TokenStream {
     let item = proc_macro2::TokenStream::from(item);
-    match expand::expand(attr.into(), item.clone()) {
+    match expand::expand(which, attr.into(), item.clone()) {
         Ok(out) => out.into(),
         Err(err) => {
             // Emit the item unchanged beside the error (tokio's approach): the function still
@@ -439,4 +539,81 @@ pub fn distributed_lock(attr: TokenStream, item: TokenStream) -> TokenStream {
             out.into()
         }
     }
+}
+
+/// Runs the body of an `async fn` only while this process holds one of the `permits` permits
+/// of a Redis semaphore named after the function's arguments, and gives the permit back on
+/// every way out: at most `permits` bodies run at once across the fleet.
+///
+/// ```no_run
+/// use dlock::{distributed_semaphore, LockError};
+///
+/// /// At most 3 exports of one tenant at a time, across every process.
+/// #[distributed_semaphore(key = "exports:{tenant}", permits = 3, ttl = "30s", wait = "5s")]
+/// async fn export(tenant: &str) -> Result<usize, LockError> {
+///     Ok(tenant.len())
+/// }
+/// ```
+///
+/// # Options
+///
+/// The options and rules of [`#[distributed_lock]`](macro@distributed_lock), from the same
+/// parser and code generator: the function must be an `async fn` returning `Result<T, E>` with
+/// `E: From<LockError>` (or `map_err`); the key is a compile-checked template over the
+/// parameters (without `key`, `<module>::<fn>` as for the lock); `ttl`, `lease`, `wait`,
+/// `client`, `on_busy`, `map_err`, `crate` mean what they mean there. When no permit frees up
+/// within `wait`, the body does not run and the function returns `Err(LockError::Timeout)`
+/// (converted), or `Ok(None)` with `on_busy = "skip"`.
+///
+/// | option | default | |
+/// |---|---|---|
+/// | `permits = N` | **required** | how many bodies may run at once, an integer literal > 0 |
+/// | `key = "..."` | `<module>::<fn>`, `<module>::<Type>::<method>` | the semaphore's name |
+/// | `ttl`, `wait`, `lease`, `client`, `on_busy`, `map_err`, `crate` | as for the lock | |
+///
+/// `permits` must be the same for every user of the name (the runtime refuses a different count
+/// while permits are held, with `LockError::InvalidArgument`). Missing, zero, negative or not an
+/// integer literal is a compile error; `kind` and `keys` are lock options and are refused.
+///
+/// The semaphore is `client.semaphore(key, permits)`: `#[distributed_semaphore(key =
+/// "exports:{t}", permits = 3)]` with `t = "a"` shares its permits with
+/// `client.semaphore("exports:a", 3)`. Its Redis keys differ from a lock's of the same name.
+///
+/// # What the macro writes
+///
+/// The expansion of `#[distributed_lock]` (see there) with steps 3 to 5 changed:
+///
+/// ```text
+/// let __dlock_acquired = __dlock_client
+///     .semaphore(__dlock_key, 3)          // permits, as written
+///     .ttl(..).wait(..)                   // only the options given
+///     .acquire()
+///     .await;
+/// match __dlock_acquired {
+///     Ok(__dlock_guard) => {              // a `Permit`
+///         let __dlock_ret: Result<usize, LockError> = (async move { /* body */ }).await;
+///         ::dlock::Permit::release_logged(__dlock_guard).await;
+///         __dlock_ret
+///     }
+///     Err(__dlock_err) => Err(From::from(__dlock_err)),
+/// }
+/// ```
+///
+/// # Released on every way out
+///
+/// Return and `?` give the permit back before the function returns (a failed give-back is
+/// logged at `warn` and the body's result is returned; the permit expires on its own). Panic
+/// and cancellation drop the `Permit`, which stops its renewals and gives it back in the
+/// background. A crashed process's permit comes back one lease (`ttl`) after its last renewal.
+///
+/// # Not re-entrant
+///
+/// Every acquire is a new permit: a body calling another `#[distributed_semaphore]` function on
+/// the same semaphore takes a second permit (and waits for one if none is free; with
+/// `permits = 1` that is a wait for itself, ended by `wait`). The body runs without a lock
+/// scope: `current_lock()` inside it returns what it returns outside (the caller's innermost
+/// lock, or `None`); the permit is not a lock and is not shown there.
+#[proc_macro_attribute]
+pub fn distributed_semaphore(attr: TokenStream, item: TokenStream) -> TokenStream {
+    attribute(args::Attr::Semaphore, attr, item)
 }

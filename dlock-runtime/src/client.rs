@@ -5,6 +5,9 @@ use std::sync::{Arc, RwLock};
 use crate::builder::{LockClientBuilder, Target};
 use crate::error::LockError;
 use crate::lock::Lock;
+use crate::multi::MultiLock;
+use crate::rwlock::ReadWriteLock;
+use crate::semaphore::Semaphore;
 use crate::shared::Shared;
 
 /// A connection to one Redis deployment: command connections, one pub/sub connection shared by
@@ -107,6 +110,41 @@ impl LockClient {
     /// becomes a Redis key. An empty name is rejected when the lock is used.
     pub fn lock(&self, name: impl Into<String>) -> Lock {
         Lock::new(self.shared.clone(), name.into())
+    }
+
+    /// A read-write lock called `name`: many readers or one writer (see [`ReadWriteLock`]).
+    /// Its keys differ from a plain lock's of the same name.
+    pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
+        ReadWriteLock::new(self.shared.clone(), name.into())
+    }
+
+    /// The plain locks of `names`, taken together: all or none, in one canonical order (sorted
+    /// by Redis key, duplicates taken once), so callers listing the same names in any order
+    /// never deadlock (see [`MultiLock`]). They are the locks [`LockClient::lock`] hands out:
+    /// `client.lock("a")` and a multi-lock over `["a", "b"]` exclude each other. An empty list
+    /// or an empty name is rejected when the multi-lock is used.
+    pub fn multi_lock(&self, names: impl IntoIterator<Item = impl Into<String>>) -> MultiLock {
+        MultiLock::new(
+            self.shared.clone(),
+            names.into_iter().map(Into::into).collect(),
+        )
+    }
+
+    /// A semaphore called `name` with `permits` permits, each expiring on its own (see
+    /// [`Semaphore`]). Every client must use the same count for one name; its keys differ from
+    /// a lock's of the same name.
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
+        Semaphore::new(self.shared.clone(), name.into(), permits)
+    }
+
+    /// A fair lock called `name`: granted first come, first served across processes. Its keys
+    /// differ from a plain lock's of the same name.
+    pub fn fair_lock(&self, name: impl Into<String>) -> Lock {
+        Lock::of_kind(
+            self.shared.clone(),
+            name.into(),
+            std::sync::Arc::new(crate::kind::Fair),
+        )
     }
 
     /// Makes this client the process default, returned by [`LockClient::global`] and used by

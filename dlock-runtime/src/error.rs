@@ -19,7 +19,9 @@ use std::time::Duration;
 ///         // Our hold ran out mid-request: the work may be half done, report a conflict.
 ///         LockError::NotHeld { .. } => 409,
 ///         // A bug in how the lock is named or configured.
-///         LockError::InvalidArgument { .. } | LockError::SelfDeadlock { .. } => 500,
+///         LockError::InvalidArgument { .. }
+///         | LockError::SelfDeadlock { .. }
+///         | LockError::WouldDeadlock { .. } => 500,
 ///         // Redis unreachable, not configured, and whatever later versions add.
 ///         _ => 503,
 ///     }
@@ -110,6 +112,17 @@ pub enum LockError {
         holder: String,
     },
 
+    /// The call chain holds a lock that makes this acquire wait for itself, known at once:
+    /// asking for the write side of a read-write lock inside one's own read scope (an upgrade:
+    /// two readers upgrading would wait for each other forever). Release the read hold first.
+    #[error("lock `{name}`: {reason}; waiting would deadlock on itself")]
+    WouldDeadlock {
+        /// The lock's name.
+        name: String,
+        /// What the call chain holds and why this acquire cannot be granted.
+        reason: String,
+    },
+
     /// `LockClient::global()` was called (directly or by `#[distributed_lock]`) before any
     /// client was installed.
     #[error("no dlock client is installed: call `LockClient::install()` at start-up or pass `client = ...` to #[distributed_lock]")]
@@ -125,7 +138,10 @@ impl LockError {
             | LockError::Redis { name, .. }
             | LockError::WrongType { name, .. }
             | LockError::InvalidArgument { name, .. }
-            | LockError::SelfDeadlock { name, .. } => Some(name.as_str()).filter(|n| !n.is_empty()),
+            | LockError::SelfDeadlock { name, .. }
+            | LockError::WouldDeadlock { name, .. } => {
+                Some(name.as_str()).filter(|n| !n.is_empty())
+            }
             LockError::Connect { .. } | LockError::NotConfigured => None,
         }
     }

@@ -255,6 +255,15 @@ pub(crate) fn spawn_release(shared: Arc<Shared>, hold: Arc<Hold>) {
     });
 }
 
+/// Releases a hold without a guard and waits for it; a failure is only logged (what it would
+/// have released expires with its lease).
+pub(crate) async fn release_quietly(shared: &Arc<Shared>, hold: &Hold) {
+    let latch = shared.unique_id();
+    if let Err(e) = release_script(shared, hold, &latch).await {
+        tracing::debug!(lock = %hold.name, error = %e, "dlock: clean-up release failed");
+    }
+}
+
 /// Runs release.lua, retrying lost replies with the same request id: the latch in Redis
 /// answers a retry of a release that already ran instead of releasing twice.
 async fn release_script(

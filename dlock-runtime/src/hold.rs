@@ -1,7 +1,7 @@
 //! `Hold`: what one owner's hold of one lock shares between its guards and the watchdog.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -20,7 +20,7 @@ pub(crate) struct Hold {
     pub(crate) keys: LockKeys,
     pub(crate) owner: String,
     /// What this hold sends to Redis (its scripts, arguments and replies).
-    pub(crate) kind: &'static dyn LockKind,
+    pub(crate) kind: Arc<dyn LockKind>,
     /// The lease set on every acquire, renewal and partial release.
     pub(crate) lease: Duration,
     /// A hard lease (no watchdog): its validity is never extended, by re-entry or anything.
@@ -47,7 +47,7 @@ impl Hold {
         keys: LockKeys,
         lease: Duration,
         hard: bool,
-        kind: &'static dyn LockKind,
+        kind: Arc<dyn LockKind>,
     ) -> Self {
         Hold {
             id: shared.next_seq(),
@@ -67,6 +67,13 @@ impl Hold {
         }
     }
 
+    /// The same hold for an existing owner (a writer taking the read side of its lock keeps
+    /// its owner id, so the script knows it is the writer).
+    pub(crate) fn for_owner(mut self, owner: &str) -> Self {
+        owner.clone_into(&mut self.owner);
+        self
+    }
+
     /// The instant this hold stops being valid unless a renewal gets through first (the past,
     /// before the acquire's reply arrived).
     pub(crate) fn valid_until(&self) -> Instant {
@@ -79,7 +86,13 @@ impl Hold {
     /// deadline has passed the hold stays lost: a renewal reply that arrives afterwards (sent
     /// before a pause, say) must not make `is_lost()` flip back to false.
     pub(crate) fn confirm(&self, sent_at: Instant) {
-        let until = sent_at + self.lease - drift(self.lease);
+        self.confirm_for(sent_at, self.lease);
+    }
+
+    /// [`Hold::confirm`] for a request that set an expiry of `lease` rather than the hold's own
+    /// (a grant handed over by a release lasts a short while, until its owner renews it).
+    pub(crate) fn confirm_for(&self, sent_at: Instant, lease: Duration) {
+        let until = sent_at + lease - drift(lease);
         let mut valid = self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
         match *valid {
             None => *valid = Some(until),

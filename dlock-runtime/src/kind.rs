@@ -6,7 +6,10 @@
 //! (read-write, semaphore, fair) is a new implementation here, not a `match` in four files.
 //! Waiting, renewal scheduling, orphan clean-up and the lost signal stay shared.
 
+mod fair;
 mod plain;
+mod rw;
+mod semaphore;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +18,10 @@ use crate::hold::Hold;
 use crate::names::LockKeys;
 use crate::scripts::Call;
 
-pub(crate) use plain::PLAIN;
+pub(crate) use fair::Fair;
+pub(crate) use plain::Plain;
+pub(crate) use rw::{Read, Write};
+pub(crate) use semaphore::{stored_permits, Semaphore};
 
 /// What one acquire attempt found.
 pub(crate) enum Attempt {
@@ -26,8 +32,78 @@ pub(crate) enum Attempt {
     Held { pttl: i64 },
 }
 
+/// What an acquire of one kind does inside a scope that already holds a lock with the same
+/// key (for one kind, or its sibling: the read and write sides of one read-write lock).
+pub(crate) enum Nested {
+    /// One more hold on the enclosing owner's hold (the same kind re-entered).
+    Reenter,
+    /// A new hold of this kind for the enclosing hold's owner, taken at once without queueing
+    /// (a writer taking the read side: the script grants it because the writer is that owner);
+    /// one more hold if that owner already holds this kind (a second read in one write scope).
+    SameOwner,
+    /// Fails at once with [`crate::LockError::WouldDeadlock`] and this reason (a reader asking
+    /// for the write side would wait for itself).
+    Refuse(&'static str),
+}
+
 /// The Redis side of one kind of lock.
-pub(crate) trait LockKind: Send + Sync {
+pub(crate) trait LockKind: Send + Sync + std::fmt::Debug {
+    /// A short stable name ("plain", "read", ...): renewals are batched per kind, logs show it.
+    fn id(&self) -> &'static str;
+
+    /// What follows the hash tag in this kind's keys; kinds differ, so a plain lock and a
+    /// semaphore of one name are different Redis keys and never read each other's data.
+    fn key_suffix(&self) -> &'static str {
+        ""
+    }
+
+    /// Whether a holder keeps this client's local turn at the key until its last release
+    /// (exclusive kinds), or gives it up as soon as it holds (shared kinds: other local tasks
+    /// may hold beside it, so they must be free to ask Redis).
+    fn keeps_gate(&self) -> bool {
+        true
+    }
+
+    /// What an acquire of this kind does inside a scope holding `parent` of the same key.
+    fn nested(&self, parent: &Hold) -> Nested {
+        if parent.kind.id() == self.id() {
+            Nested::Reenter
+        } else {
+            Nested::Refuse("a lock of another kind with the same key is already held")
+        }
+    }
+
+    /// Whether a refused attempt leaves something of its owner in Redis (a waiting writer's
+    /// claim, a place in a queue) that [`LockKind::release`] takes back: then an acquire that
+    /// ends without the lock (timed out, cancelled while waiting, failed) sends that release.
+    fn refusal_leaves_a_trace(&self) -> bool {
+        false
+    }
+
+    /// The channel a waiter of this kind listens on: the lock's release channel, or one of its
+    /// own (a kind whose releases grant the lock to a chosen waiter).
+    fn wait_channel(&self, hold: &Hold) -> String {
+        hold.keys.channel.clone()
+    }
+
+    /// The fencing token, if `message` (heard on [`LockKind::wait_channel`]) granted the lock
+    /// to `hold`'s owner: it holds without asking again.
+    fn granted(&self, _hold: &Hold, _message: &str) -> Option<u64> {
+        None
+    }
+
+    /// How long a grant by message lasts before its owner renews it (see
+    /// [`LockKind::granted`]); `None` for kinds that never grant by message.
+    fn grant_lifetime(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Whether [`LockKind::renew`] supports `cross_slot` (one call per cluster node). Kinds
+    /// without it are renewed one call per slot.
+    fn renews_per_node(&self) -> bool {
+        false
+    }
+
     /// Takes the lock for `hold.owner`, or re-enters it when `reentry` (a marker key that lets
     /// a cancelled re-entry be undone once) is given.
     fn acquire(&self, hold: &Hold, reentry: Option<&str>, latch_ttl: Duration) -> Call<'static>;
@@ -49,4 +125,25 @@ pub(crate) trait LockKind: Send + Sync {
 
     /// Deletes the lock whoever holds it and wakes its waiters; the reply is 1 if it was held.
     fn force_unlock(&self, keys: &LockKeys) -> Call<'static>;
+}
+
+/// A duration as the whole milliseconds Redis takes (leases are validated to fit).
+pub(crate) fn millis(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+/// A boolean script argument.
+pub(crate) fn flag(on: bool) -> &'static str {
+    if on {
+        "1"
+    } else {
+        "0"
+    }
+}
+
+/// How long a fencing counter lives. Tokens stay monotonic after it expires (the acquire
+/// scripts never hand out less than the server's clock in µs), so this only bounds memory per
+/// name.
+pub(crate) fn fence_lifetime(lease: Duration) -> Duration {
+    (lease * 2).max(Duration::from_secs(24 * 3600))
 }

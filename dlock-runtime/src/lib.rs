@@ -56,6 +56,9 @@
 //!   it is `max(last + 1, Redis server time in µs)`, so tokens keep rising after Redis restores
 //!   an older RDB or AOF or promotes a replica that missed the last acquires (as long as the
 //!   server clock does not step back by more than the gap).
+//! * **Fence checks for your store**: a token only helps if the store refuses stale ones.
+//!   [`fence::set_if_newer`] keeps the highest token per Redis key and refuses lower ones
+//!   (one hash per key, so it works on a Cluster); [`fence`] also shows the SQL pattern.
 //! * **Waits are honoured**: each attempt is bounded by what is left of the wait (at least
 //!   250 ms, so the last attempt can be answered; `try_acquire` by the response timeout). An
 //!   attempt cut short is cleaned up like a cancelled one.
@@ -64,8 +67,33 @@
 //!   per client), so a client kept in a `static` and used from several `#[tokio::test]`
 //!   runtimes keeps renewing, and a guard dropped on any thread (no runtime needed) is
 //!   released at once.
+//! * **Multi-locks** ([`LockClient::multi_lock`]) take several plain locks all or none, in one
+//!   canonical order (sorted by Redis key, duplicates once), within one wait for the whole
+//!   acquire: callers listing the same names in any order never deadlock, and the locks already
+//!   taken are released before an error returns (see [`MultiLock`]).
 //! * **Releases are idempotent per request**: a release retried after a lost reply is answered
 //!   from a short-lived latch instead of releasing twice.
+//! * **Read-write locks**: [`LockClient::read_write_lock`] gives a [`ReadWriteLock`] whose
+//!   `read()` and `write()` are ordinary [`Lock`] handles. Each reader has its own lease
+//!   (server time, in a zset beside the hash), so a dead reader frees its share after its own
+//!   lease without stretching the others'. A refused writer's claim keeps *new* readers out
+//!   until it is in (it renews the claim every second while it waits; a writer that died
+//!   stops blocking readers within 2 s), so a stream of readers cannot starve it. Downgrade
+//!   (read inside one's write scope) works; upgrade fails at once with
+//!   [`LockError::WouldDeadlock`]. A release publishes only when the lock frees (or turns
+//!   from write to read).
+//! * **Fair locks**: [`LockClient::fair_lock`] queues waiters in Redis in arrival order
+//!   (server time). A release hands the lock to the queue's head and tells it on its client's
+//!   own channel, so it holds without another round trip (measured: handoff 1.79 idle-PING
+//!   RTT against 2.83 for the plain lock across clients). Waiters keep their place by coming
+//!   back every 2/3 s; a place not kept for 2 s (server time) is dropped, and a grant lasts
+//!   2 s until its owner renews it: a waiter whose process died is skipped within ~5 s. A
+//!   waiter that times out or is cancelled leaves the queue at once. Fairness is between
+//!   clients: tasks of one client queue locally first (FIFO), and the head of that queue
+//!   stands in line in Redis.
+//! * **Semaphores**: [`LockClient::semaphore`] gives N permits at once, each with its own
+//!   deadline in Redis (server time), renewed by the watchdog; a crashed holder's permit comes
+//!   back one lease after its last renewal. Keys, waking and the crash bound: [`Semaphore`].
 //!
 //! # Flash sales
 //!
@@ -131,7 +159,9 @@
 //!
 //! * Tasks of one process queue locally (FIFO) per key before contending in Redis: no local
 //!   barging, one subscription per key, and Redis load that grows with keys, not tasks. Across
-//!   processes the lock is not fair (like Redisson's `RLock`).
+//!   processes the plain lock is not fair (like Redisson's `RLock`); the fair lock is.
+//! * Fair-lock queues and semaphore permits are judged stale by the Redis server's clock only
+//!   (Redisson's `RFairLock` uses client clocks for its queue deadlines, which drift).
 //! * `try_acquire` returns `None` when another task of this process is queued for the key,
 //!   without asking Redis.
 //! * Every lock has fencing tokens and a lost-lock signal: Redisson keeps fencing tokens for a
@@ -172,15 +202,19 @@ mod client;
 mod conn;
 mod current;
 mod error;
+pub mod fence;
 mod gate;
 mod guard;
 mod hold;
 mod kind;
 mod lock;
+mod multi;
 mod names;
 mod orphan;
+mod rwlock;
 mod scope;
 mod scripts;
+mod semaphore;
 mod sentinel;
 mod shared;
 mod slots;
@@ -198,7 +232,10 @@ pub use current::{current_lock, CurrentLock};
 pub use error::LockError;
 pub use guard::LockGuard;
 pub use lock::Lock;
+pub use multi::{MultiGuard, MultiLock};
 pub use names::{cluster_slot, KeyPart};
+pub use rwlock::ReadWriteLock;
+pub use semaphore::{Permit, Semaphore};
 pub use stock::{
     Audit, Init, Part, SegmentAudit, SegmentHold, SegmentLocks, SegmentedStock, Take,
     DEFAULT_DRAINED_FOR, MAX_ORDER_ID_LEN, MAX_SEGMENTS, MAX_UNITS,

@@ -7,13 +7,15 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::LockError;
+use crate::gate::GatePass;
 use crate::guard::LockGuard;
 use crate::hold::Hold;
-use crate::kind::{Attempt, LockKind, PLAIN};
+use crate::kind::{Attempt, LockKind, Nested, Plain};
 use crate::names::LockKeys;
 use crate::orphan::{Orphan, Registration};
 use crate::scope;
 use crate::shared::Shared;
+use crate::waiters::Subscription;
 
 /// A handle on the lock called `name`; made by [`LockClient::lock`](crate::LockClient::lock). Cheap to clone; holds no
 /// lock by itself.
@@ -32,6 +34,8 @@ use crate::shared::Shared;
 pub struct Lock {
     shared: Arc<Shared>,
     name: String,
+    /// What this handle sends to Redis: the plain lock, one side of a read-write lock, ...
+    kind: Arc<dyn LockKind>,
     keys: LockKeys,
     ttl: Option<Duration>,
     lease: Option<Duration>,
@@ -40,10 +44,16 @@ pub struct Lock {
 
 impl Lock {
     pub(crate) fn new(shared: Arc<Shared>, name: String) -> Self {
-        let keys = LockKeys::new(&shared.prefix, &name);
+        Self::of_kind(shared, name, Arc::new(Plain))
+    }
+
+    /// A handle on the lock `name` of another kind (its keys end in the kind's suffix).
+    pub(crate) fn of_kind(shared: Arc<Shared>, name: String, kind: Arc<dyn LockKind>) -> Self {
+        let keys = LockKeys::new(&shared.prefix, &name, kind.key_suffix());
         Lock {
             shared,
             name,
+            kind,
             keys,
             ttl: None,
             lease: None,
@@ -141,7 +151,8 @@ impl Lock {
     pub async fn force_unlock(&self) -> Result<bool, LockError> {
         self.validate()?;
         let mut conn = self.shared.conn();
-        let deleted: i64 = PLAIN
+        let deleted: i64 = self
+            .kind
             .force_unlock(&self.keys)
             .invoke_async(&mut conn)
             .await
@@ -175,7 +186,14 @@ impl Lock {
         let lease = self.validate()?;
         let inner = &self.shared;
         if let Some(parent) = scope::enclosing(&inner.client_id, &self.keys.key) {
-            return self.reenter(parent).await;
+            return match self.kind.nested(&parent) {
+                Nested::Reenter => self.reenter(parent).await,
+                Nested::SameOwner => self.acquire_as(&parent, lease).await,
+                Nested::Refuse(reason) => Err(LockError::WouldDeadlock {
+                    name: self.name.clone(),
+                    reason: reason.to_owned(),
+                }),
+            };
         }
         if let Some(held) =
             scope::held_through_another_client(&inner.client_id, &inner.url, &self.keys.key)
@@ -197,6 +215,33 @@ impl Lock {
         else {
             return Err(timeout());
         };
+        // Takes back what refused attempts left in Redis if this acquire ends without the lock:
+        // awaited here on an error, sent from Drop if this future is dropped.
+        let mut give_up = GiveUp::new(&self.shared, self.kind.refusal_leaves_a_trace());
+        let result = self
+            .contend(pass, lease, wait, started, deadline, &mut give_up)
+            .await;
+        if result.is_err() {
+            give_up.send().await;
+        }
+        result
+    }
+
+    /// The acquire loop, once this caller has the client's turn at the key (`pass`).
+    async fn contend(
+        &self,
+        pass: GatePass,
+        lease: Duration,
+        wait: Duration,
+        started: Instant,
+        deadline: Instant,
+        give_up: &mut GiveUp,
+    ) -> Result<LockGuard, LockError> {
+        let inner = &self.shared;
+        let timeout = || LockError::Timeout {
+            name: self.name.clone(),
+            waited: started.elapsed(),
+        };
         let hard = self.lease.is_some();
         let new_hold = || {
             let hold = Arc::new(Hold::new(
@@ -205,7 +250,7 @@ impl Lock {
                 self.keys.clone(),
                 lease,
                 hard,
-                &PLAIN,
+                self.kind.clone(),
             ));
             // Registered before the first request goes out; removed again on any failure or
             // cancellation by the registration's Drop.
@@ -225,6 +270,7 @@ impl Lock {
             };
             let pttl = match attempt {
                 Attempt::Acquired { token, .. } => {
+                    let token = token.max(0) as u64;
                     hold.confirm(sent_at);
                     if hold.is_lost() {
                         // The reply came after the lease it granted could be trusted (a paused
@@ -234,17 +280,18 @@ impl Lock {
                         tracing::warn!(lock = %self.name, late_by = ?sent_at.elapsed(), "dlock: acquire reply arrived after its lease; releasing it");
                         crate::guard::spawn_release(self.shared.clone(), hold.clone());
                         (hold, registration) = new_hold();
+                        give_up.forget();
                         0
                     } else {
-                        hold.token.store(token.max(0) as u64, Ordering::Release);
-                        hold.local_holds.store(1, Ordering::Release);
-                        *hold.gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(pass);
-                        registration.activate(sent_at);
-                        tracing::debug!(lock = %self.name, token, waited = ?started.elapsed(), "dlock: acquired");
-                        return Ok(LockGuard::new(self.shared.clone(), hold));
+                        give_up.forget();
+                        let due = sent_at + lease / 3;
+                        return Ok(self.holding(hold, registration, pass, token, due, started));
                     }
                 }
-                Attempt::Held { pttl } => pttl,
+                Attempt::Held { pttl } => {
+                    give_up.arm(&hold);
+                    pttl
+                }
             };
             let now = Instant::now();
             if now >= deadline {
@@ -254,10 +301,10 @@ impl Lock {
                 // Subscribe first, then retry: a release published in between is then either
                 // seen by the retry or delivered to the subscription. Bounded by the ack
                 // timeout; if the wait ends first, the retry is the last attempt.
-                subscription =
-                    tokio::time::timeout_at(deadline, inner.waiters.subscribe(&self.keys.channel))
-                        .await
-                        .ok();
+                let channel = self.kind.wait_channel(&hold);
+                subscription = tokio::time::timeout_at(deadline, inner.waiters.subscribe(&channel))
+                    .await
+                    .ok();
                 continue;
             };
             // A crashed holder never publishes (nor does a release we cannot hear while the
@@ -271,7 +318,50 @@ impl Lock {
             };
             tracing::debug!(lock = %self.name, ?pttl, confirmed = sub.confirmed(), "dlock: waiting for release");
             let _ = tokio::time::timeout_at(deadline.min(now + pttl), sub.released()).await;
+            if let Some(token) = self.grant_heard(sub, &hold, sent_at) {
+                give_up.forget();
+                // Renewed at once: the grant lasts only `grant_lifetime`, not the lease.
+                let due = Instant::now();
+                return Ok(self.holding(hold, registration, pass, token, due, started));
+            }
         }
+    }
+
+    /// The token of a grant to `hold`'s owner heard on its subscription (kinds whose releases
+    /// hand the lock to a chosen waiter), if it is still valid. Redis made the grant after the
+    /// owner's last attempt (sent at `last_sent`) ran, or that attempt would have found it, so
+    /// the grant's lifetime counts from then, safely early. A hard lease is never taken from a
+    /// message: its next attempt sets its expiry.
+    fn grant_heard(&self, sub: &Subscription, hold: &Hold, last_sent: Instant) -> Option<u64> {
+        let lifetime = self.kind.grant_lifetime()?;
+        if hold.hard {
+            return None;
+        }
+        let token = sub.take_message(|m| self.kind.granted(hold, m))?;
+        hold.confirm_for(last_sent, lifetime.min(hold.lease));
+        // Too late to trust: the next attempt finds the grant (and refreshes it) or not.
+        (!hold.is_lost()).then_some(token)
+    }
+
+    /// Turns a granted hold into a guard: its token, its local turn (exclusive kinds), its
+    /// first renewal due at `due`.
+    fn holding(
+        &self,
+        hold: Arc<Hold>,
+        registration: Registration,
+        pass: GatePass,
+        token: u64,
+        due: Instant,
+        started: Instant,
+    ) -> LockGuard {
+        hold.token.store(token, Ordering::Release);
+        hold.local_holds.store(1, Ordering::Release);
+        if self.kind.keeps_gate() {
+            *hold.gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(pass);
+        }
+        registration.activate(due);
+        tracing::debug!(lock = %self.name, token, waited = ?started.elapsed(), "dlock: acquired");
+        LockGuard::new(self.shared.clone(), hold)
     }
 
     /// How long one attempt may wait for Redis's reply: the rest of the wait, but at least
@@ -300,6 +390,68 @@ impl Lock {
             url: self.shared.url.clone(),
             source: redis::RedisError::from(io),
         }
+    }
+
+    /// Takes this kind's side of the lock for the owner of `parent`, an enclosing hold of the
+    /// sibling kind (a writer taking the read side): one attempt, no queueing at the local gate
+    /// (the enclosing hold has this client's turn). Refused by Redis only if the enclosing hold
+    /// is gone.
+    async fn acquire_as(
+        &self,
+        parent: &Arc<Hold>,
+        lease: Duration,
+    ) -> Result<LockGuard, LockError> {
+        if parent.is_lost() {
+            return Err(LockError::NotHeld {
+                name: self.name.clone(),
+            });
+        }
+        let hard = self.lease.is_some();
+        let hold = Arc::new(
+            Hold::new(
+                &self.shared,
+                self.name.clone(),
+                self.keys.clone(),
+                lease,
+                hard,
+                self.kind.clone(),
+            )
+            .for_owner(&parent.owner),
+        );
+        let registration = Registration::new(&self.shared, hold.clone(), !hard);
+        // Sent like a re-entry, with a marker: if the owner already holds this side (a second
+        // read taken in one write scope), the script adds a hold rather than answering "held
+        // already" (its reply to a re-sent first acquire), and an undo after a cancel finds the
+        // marker whichever way the hold was granted.
+        let marker = format!(
+            "{}reentry:{}",
+            self.keys.latch_prefix,
+            self.shared.unique_id()
+        );
+        let sent_at = Instant::now();
+        let bound = sent_at + self.shared.response_timeout;
+        let attempt = match tokio::time::timeout_at(bound, self.attempt(&hold, Some(&marker))).await
+        {
+            Ok(attempt) => attempt?,
+            Err(_) => return Err(self.no_reply(sent_at)),
+        };
+        let Attempt::Acquired { token, .. } = attempt else {
+            parent.mark_lost("the enclosing hold was gone when its owner asked for the other side");
+            return Err(LockError::NotHeld {
+                name: self.name.clone(),
+            });
+        };
+        hold.confirm(sent_at);
+        // The enclosing hold's token when this side was not a free -> held transition.
+        let token = if token > 0 {
+            token as u64
+        } else {
+            parent.token.load(Ordering::Acquire)
+        };
+        hold.token.store(token, Ordering::Release);
+        hold.local_holds.store(1, Ordering::Release);
+        registration.activate(sent_at + lease / 3);
+        Ok(LockGuard::new(self.shared.clone(), hold))
     }
 
     /// Re-enters a hold an enclosing scope owns: one more count on the same owner.
@@ -400,6 +552,53 @@ fn far_instant(start: Instant, wait: Duration) -> Instant {
     start
         .checked_add(wait)
         .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
+/// The release an acquire sends when it ends without the lock after a refusal left a trace of
+/// its owner in Redis (see `LockKind::refusal_leaves_a_trace`). Sent from Drop, on the client's
+/// thread, so a timeout, an error and a cancelled future all send it.
+struct GiveUp {
+    shared: Arc<Shared>,
+    enabled: bool,
+    hold: Option<Arc<Hold>>,
+}
+
+impl GiveUp {
+    fn new(shared: &Arc<Shared>, enabled: bool) -> Self {
+        GiveUp {
+            shared: shared.clone(),
+            enabled,
+            hold: None,
+        }
+    }
+
+    /// Records that `hold`'s owner was refused (and so may have left a trace).
+    fn arm(&mut self, hold: &Arc<Hold>) {
+        if self.enabled {
+            self.hold = Some(hold.clone());
+        }
+    }
+
+    /// Nothing to take back: the owner holds the lock, or its hold is being released anyway.
+    fn forget(&mut self) {
+        self.hold = None;
+    }
+
+    /// Takes the trace back now, so the caller's next step (a reader joining after a writer
+    /// gave up) does not race it; errors are logged, the trace expires on its own.
+    async fn send(&mut self) {
+        if let Some(hold) = self.hold.take() {
+            crate::guard::release_quietly(&self.shared, &hold).await;
+        }
+    }
+}
+
+impl Drop for GiveUp {
+    fn drop(&mut self) {
+        if let Some(hold) = self.hold.take() {
+            crate::guard::spawn_release(self.shared.clone(), hold);
+        }
+    }
 }
 
 /// One local hold count taken for a re-entry in flight; given back on drop unless kept.

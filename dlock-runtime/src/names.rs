@@ -65,8 +65,10 @@ pub(crate) fn hash_tagged(prefix: &str, name: &str) -> String {
 }
 
 impl LockKeys {
-    pub(crate) fn new(prefix: &str, name: &str) -> Self {
-        let key = hash_tagged(prefix, name);
+    /// The keys of the lock `name` of a kind whose keys end in `suffix` (see
+    /// `LockKind::key_suffix`: empty for the plain lock).
+    pub(crate) fn new(prefix: &str, name: &str, suffix: &str) -> Self {
+        let key = hash_tagged(prefix, name) + suffix;
         LockKeys {
             channel: format!("{key}:chan"),
             fence: format!("{key}:fence"),
@@ -125,7 +127,7 @@ mod tests {
 
     #[test]
     fn braces_in_names_cannot_escape_the_tag() {
-        let keys = LockKeys::new("dlock:", "a}b{c");
+        let keys = LockKeys::new("dlock:", "a}b{c", "");
         assert_eq!(keys.key, "dlock:{a%7Db%7Bc}");
         assert_eq!(cluster_slot(&keys.key), cluster_slot(&keys.channel));
         assert_eq!(cluster_slot(&keys.key), cluster_slot(&keys.fence));
@@ -133,7 +135,10 @@ mod tests {
 
     #[test]
     fn escaping_is_injective_on_percent() {
-        assert_ne!(LockKeys::new("p:", "{").key, LockKeys::new("p:", "%7B").key);
+        assert_ne!(
+            LockKeys::new("p:", "{", "").key,
+            LockKeys::new("p:", "%7B", "").key
+        );
         assert_ne!(KeyPart(&"a:b").to_string(), KeyPart(&"a%3Ab").to_string());
     }
 }

@@ -98,9 +98,10 @@ impl Registration {
         }
     }
 
-    pub(crate) fn activate(mut self, sent_at: Instant) {
+    /// The hold is ours: renewals start, the first one at `due`.
+    pub(crate) fn activate(mut self, due: Instant) {
         if self.watchdog {
-            self.shared.watchdog.activate(self.hold.id, sent_at);
+            self.shared.watchdog.activate(self.hold.id, due);
         }
         self.done = true;
     }

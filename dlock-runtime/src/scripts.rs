@@ -31,7 +31,7 @@ pub(crate) struct Call<'a> {
 }
 
 impl Script {
-    fn new(source: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+    pub(crate) fn new(source: impl Into<std::borrow::Cow<'static, str>>) -> Self {
         let source = source.into();
         Script {
             sha: redis::Script::new(&source).get_hash().to_owned(),

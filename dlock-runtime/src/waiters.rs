@@ -35,6 +35,10 @@ use tokio::time::Instant;
 /// the traffic also keeps idle-timeout middleboxes from dropping the connection at all.
 pub(crate) const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_secs(2);
 
+/// Messages kept per channel: a channel carrying grants has one waiter at a time (the head of
+/// its client's local queue), so a few cover grants to owners that just gave up.
+const KEPT_MESSAGES: usize = 8;
+
 /// First pause after a failed reconnect: quick after a blip.
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 /// Largest pause (doubling from the first): at most one attempt every 2 s against a Redis that
@@ -67,6 +71,9 @@ enum Command {
 /// What the waiters of one channel share with the subscriber task.
 struct ChannelState {
     notify: Notify,
+    /// The last few messages, for kinds whose messages say something (a grant names its
+    /// owner); release messages are only wake-ups and nobody reads them from here.
+    messages: Mutex<std::collections::VecDeque<String>>,
     /// The connection (its `Shared::epoch`) on which Redis last acknowledged this channel's
     /// SUBSCRIBE; 0 if none has.
     confirmed_on: AtomicU64,
@@ -90,8 +97,14 @@ impl Shared {
         self.channels.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn dispatch(&self, channel: &str) {
+    fn dispatch(&self, channel: &str, message: String) {
         if let Some(ch) = self.channels().get(channel) {
+            let mut kept = ch.state.messages.lock().unwrap_or_else(|e| e.into_inner());
+            if kept.len() == KEPT_MESSAGES {
+                kept.pop_front();
+            }
+            kept.push_back(message);
+            drop(kept);
             ch.state.notify.notify_one();
         }
     }
@@ -197,6 +210,7 @@ impl Waiters {
             refs: 0,
             state: Arc::new(ChannelState {
                 notify: Notify::new(),
+                messages: Default::default(),
                 confirmed_on: AtomicU64::new(0),
             }),
         });
@@ -221,6 +235,21 @@ impl Subscription {
     /// Completes when a release of this channel arrives (or the subscriber reconnected).
     pub(crate) async fn released(&self) {
         self.state.notify.notified().await
+    }
+
+    /// Takes the first kept message `accept` says something about (see `ChannelState::messages`).
+    pub(crate) fn take_message<T>(&self, mut accept: impl FnMut(&str) -> Option<T>) -> Option<T> {
+        let mut kept = self
+            .state
+            .messages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let (i, found) = kept
+            .iter()
+            .enumerate()
+            .find_map(|(i, m)| accept(m).map(|t| (i, t)))?;
+        kept.remove(i);
+        Some(found)
     }
 
     /// Whether Redis acknowledged this channel on the subscriber connection in use right now.
@@ -374,7 +403,8 @@ impl Subscriber {
         // On the subscriber's runtime, like the task itself.
         let mut reader = Reader(tokio::spawn(async move {
             while let Some(msg) = stream.next().await {
-                shared.dispatch(msg.get_channel_name());
+                let message = msg.get_payload::<String>().unwrap_or_default();
+                shared.dispatch(msg.get_channel_name(), message);
             }
         }));
         let ended = if self.resubscribe(&mut sink).await {

@@ -93,13 +93,13 @@ impl Watchdog {
         );
     }
 
-    /// Step two, when the acquire reply says we hold it: renewals start from `sent_at`.
-    pub(crate) fn activate(&self, id: u64, sent_at: Instant) {
-        let due = match self.shared.entries().get_mut(&id) {
+    /// Step two, when the acquire reply says we hold it: the first renewal is due at `due` (a
+    /// third of the lease after the acquire was sent; at once for a short-lived grant).
+    pub(crate) fn activate(&self, id: u64, due: Instant) {
+        match self.shared.entries().get_mut(&id) {
             Some(e) => {
                 e.active = true;
-                e.due = sent_at + e.hold.lease / 3;
-                e.due
+                e.due = due;
             }
             None => return,
         };
@@ -275,8 +275,12 @@ async fn renew_call_unbounded(
     holds: &[Arc<Hold>],
     node: Option<NodeAddr>,
 ) -> Vec<Option<bool>> {
-    let kind = holds[0].kind;
+    let kind = &holds[0].kind;
     let reply: redis::RedisResult<Vec<i64>> = match &node {
+        // Kinds without a per-node script go one call per slot.
+        Some(_) if !kind.renews_per_node() => {
+            return Box::pin(renew_per_slot(conn, holds)).await;
+        }
         Some(node) => match kind.renew(holds, true).invoke_on(conn, node).await {
             Ok(v) => Ok(v),
             Err(e) => {
@@ -327,25 +331,17 @@ async fn renew_per_slot(conn: &mut Conn, holds: &[Arc<Hold>]) -> Vec<Option<bool
     out
 }
 
-fn kind_of(holds: &[Arc<Hold>]) -> &'static dyn LockKind {
-    holds[0].kind
+fn kind_of(holds: &[Arc<Hold>]) -> &dyn LockKind {
+    &*holds[0].kind
 }
 
 /// One node's share of the batch cut into renew calls: runs of one kind, at most [`CHUNK`]
 /// keys each (indices into the batch).
 fn chunks(batch: &[Arc<Hold>], mut idx: Vec<usize>) -> Vec<Vec<usize>> {
-    idx.sort_by_key(|&i| kind_addr(&batch[i]));
-    idx.chunk_by(|&a, &b| same_kind(&batch[a], &batch[b]))
+    idx.sort_by_key(|&i| batch[i].kind.id());
+    idx.chunk_by(|&a, &b| batch[a].kind.id() == batch[b].kind.id())
         .flat_map(|run| run.chunks(CHUNK).map(<[usize]>::to_vec))
         .collect()
-}
-
-fn kind_addr(h: &Hold) -> usize {
-    h.kind as *const dyn LockKind as *const () as usize
-}
-
-fn same_kind(a: &Hold, b: &Hold) -> bool {
-    std::ptr::addr_eq(a.kind as *const dyn LockKind, b.kind as *const dyn LockKind)
 }
 
 /// Records the renewals' outcomes; returns the channels of holds found gone.

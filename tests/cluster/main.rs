@@ -8,6 +8,11 @@ mod attribute;
 mod bad_input;
 mod basics;
 mod failover;
+mod fair_lock;
+mod fence;
+mod multi_lock;
+mod rwlock;
+mod semaphore;
 mod stock;
 mod watchdog;
 

@@ -3,17 +3,24 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Attempt, LockKind};
+use super::{fence_lifetime, flag, millis, Attempt, LockKind};
 use crate::hold::Hold;
 use crate::names::LockKeys;
 use crate::scripts::{self, Call};
 
-/// The one instance: a kind carries no state, its keys are in the hold.
-pub(crate) static PLAIN: Plain = Plain;
-
+/// The plain reentrant lock; it carries no state, its keys are in the hold.
+#[derive(Debug)]
 pub(crate) struct Plain;
 
 impl LockKind for Plain {
+    fn id(&self) -> &'static str {
+        "plain"
+    }
+
+    fn renews_per_node(&self) -> bool {
+        true
+    }
+
     fn acquire(&self, hold: &Hold, reentry: Option<&str>, latch_ttl: Duration) -> Call<'static> {
         let marker = reentry.map_or_else(
             || format!("{}reentry", hold.keys.latch_prefix),
@@ -78,23 +85,4 @@ impl LockKind for Plain {
         call.key(&keys.channel);
         call
     }
-}
-
-/// A duration as the whole milliseconds Redis takes (leases are validated to fit).
-fn millis(d: Duration) -> u64 {
-    d.as_millis() as u64
-}
-
-fn flag(on: bool) -> &'static str {
-    if on {
-        "1"
-    } else {
-        "0"
-    }
-}
-
-/// How long a fencing counter lives. Tokens stay monotonic after it expires (acquire.lua
-/// never hands out less than the server's clock in µs), so this only bounds memory per name.
-fn fence_lifetime(lease: Duration) -> Duration {
-    (lease * 2).max(Duration::from_secs(24 * 3600))
 }

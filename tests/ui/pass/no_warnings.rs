@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use dlock::{distributed_lock, LockClient, LockError};
+use dlock::{distributed_lock, distributed_semaphore, LockClient, LockError};
 
 #[derive(Debug)]
 pub struct AppError;
@@ -54,6 +54,50 @@ impl Service {
     }
 }
 
+#[distributed_lock(key = "doc:{id}", kind = "read", wait = "1s")]
+pub async fn read_doc(id: u64) -> Result<u64, AppError> {
+    Ok(id)
+}
+
+#[distributed_lock(key = "doc:{id}", kind = "write", lease = "10s")]
+pub async fn write_doc(id: u64) -> Result<u64, AppError> {
+    Ok(id)
+}
+
+#[distributed_lock(key = "queue", kind = "fair", client = locks, on_busy = "skip")]
+pub async fn fair(locks: &LockClient) -> Result<Option<()>, LockError> {
+    Ok(Some(()))
+}
+
+#[distributed_lock(key = "plain", kind = "reentrant")]
+pub async fn reentrant() -> Result<(), AppError> {
+    Ok(())
+}
+
+#[distributed_lock(keys = ["acct:{from}", "acct:{to}"], ttl = "30s", wait = "forever")]
+pub async fn transfer(from: u64, to: u64) -> Result<(), AppError> {
+    Ok(())
+}
+
+#[distributed_lock(keys = ["only:{id}"], map_err = to_string)]
+pub async fn one_key(id: u64) -> Result<(), String> {
+    Ok(())
+}
+
+fn to_string(e: LockError) -> String {
+    e.to_string()
+}
+
+#[distributed_semaphore(key = "exports:{tenant}", permits = 3, ttl = "30s", wait = "5s")]
+pub async fn export(tenant: &str) -> Result<usize, AppError> {
+    Ok(tenant.len())
+}
+
+#[distributed_semaphore(permits = 1, client = locks, on_busy = "skip", lease = "1m")]
+pub async fn default_semaphore(locks: Arc<LockClient>) -> Result<Option<()>, AppError> {
+    Ok(Some(()))
+}
+
 fn send<F: Future + Send>(f: F) -> F {
     f
 }
@@ -63,5 +107,11 @@ fn main() {
     drop(send(pay(&order, 2)));
     drop(send(default_key()));
     drop(send(explicit_crate()));
+    drop(send(read_doc(1)));
+    drop(send(write_doc(1)));
+    drop(send(reentrant()));
+    drop(send(transfer(1, 2)));
+    drop(send(one_key(1)));
+    drop(send(export("t")));
     // Futures that are never polled touch neither Redis nor the runtime.
 }

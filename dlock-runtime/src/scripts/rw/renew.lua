@@ -1,0 +1,34 @@
+-- Renew holds of read-write locks (the watchdog's tick).
+-- KEYS[2i-1] lock hash, KEYS[2i] its reader leases; ARGV[3i-2] side 'r' | 'w', ARGV[3i-1]
+-- owner id, ARGV[3i] lease ms
+-- Returns one entry per hold: 1 renewed, 0 no longer ours (gone, taken, expired, another type).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for i = 1, #KEYS / 2 do
+  local hash, readers = KEYS[2 * i - 1], KEYS[2 * i]
+  local side, owner, lease = ARGV[3 * i - 2], ARGV[3 * i - 1], tonumber(ARGV[3 * i])
+  -- pcall: one key overwritten with another type must not fail the whole batch.
+  local held = redis.pcall('HEXISTS', hash, side .. ':' .. owner)
+  if held == 1 and side == 'r' then
+    -- A reader past its own deadline is gone even before a script pruned it.
+    local deadline = redis.pcall('ZSCORE', readers, owner)
+    if type(deadline) ~= 'string' or tonumber(deadline) <= now then
+      held = 0
+    else
+      redis.call('ZADD', readers, now + lease, owner)
+      if redis.call('PTTL', readers) < lease then
+        redis.call('PEXPIRE', readers, lease)
+      end
+    end
+  end
+  if held == 1 then
+    if redis.call('PTTL', hash) < lease then
+      redis.call('PEXPIRE', hash, lease)
+    end
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out

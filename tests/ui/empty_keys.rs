@@ -1,0 +1,8 @@
+use dlock::{distributed_lock, LockError};
+
+#[distributed_lock(keys = [])]
+async fn transfer(from: u64, to: u64) -> Result<(), LockError> {
+    Ok(())
+}
+
+fn main() {}
