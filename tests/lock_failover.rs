@@ -42,8 +42,8 @@ async fn a_promoted_replica_keeps_the_lock_until_its_lease_ends() {
         .await
         .unwrap();
     assert_eq!(acked, 1, "replica did not acknowledge the lock write");
-    // WAIT can count a replica whose initial sync is still being applied: wait until the
-    // replica really serves the lock key.
+    // WAIT only waits for the writes of the connection that sends it, not the client's: wait
+    // until the replica really serves the lock key.
     let key = old.lock("failover").key().to_owned();
     common::eventually(Duration::from_secs(10), "replica has the lock key", || {
         let (url, key) = (replica.url(), key.clone());

@@ -202,11 +202,13 @@ async fn tokens_rise_after_promoting_a_replica_that_missed_the_last_acquires() {
         .await
         .expect("WAIT");
     assert_eq!(acked, 1, "the replica did not acknowledge the first cycles");
-    // WAIT can count a replica whose initial sync is still being applied: wait until the
-    // replica really serves the counter.
+    // WAIT only waits for the writes of the connection that sends it, not the client's: wait
+    // until the replica serves the counter as the primary has it.
+    let primary_has = fence_value(&primary.url(), &fence).await;
+    assert!(primary_has.is_some(), "the primary has no fencing counter");
     common::eventually(Duration::from_secs(10), "replica has the counter", || {
         let (url, fence) = (replica.url(), fence.clone());
-        async move { fence_value(&url, &fence).await.is_some() }
+        async move { fence_value(&url, &fence).await == primary_has }
     })
     .await;
 
