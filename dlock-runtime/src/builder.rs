@@ -16,6 +16,12 @@ pub const DEFAULT_PREFIX: &str = "dlock:";
 
 /// Longest lease a lock may have (`default_ttl`, `.ttl()`, `.lease()`): 100 years, far inside
 /// what Redis's millisecond expiries and tokio's timers can represent.
+/// Consecutive local handoffs before a release goes to Redis (see `local_handoffs`).
+const DEFAULT_HANDOFFS: u32 = 32;
+
+/// How long a process may keep a lock among its tasks (see `local_handoff_window`).
+const DEFAULT_HANDOFF_WINDOW: Duration = Duration::from_millis(10);
+
 pub(crate) const MAX_LEASE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Longest `response_timeout`, `connect_timeout` and `release_latch`: a day. Longer would only
@@ -61,6 +67,7 @@ pub struct LockClientBuilder {
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) latch_ttl: Duration,
+    pub(crate) handoff: crate::handoff::Bounds,
     /// PEM root certificate(s) to trust for `rediss://` instead of the system's.
     pub(crate) tls_root: Option<Vec<u8>>,
     /// ACL user and password for a sentinel-managed primary (the sentinels' own are in their
@@ -79,6 +86,10 @@ impl LockClientBuilder {
             response_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
             latch_ttl: Duration::from_secs(30),
+            handoff: crate::handoff::Bounds {
+                limit: DEFAULT_HANDOFFS,
+                window: DEFAULT_HANDOFF_WINDOW,
+            },
             tls_root: None,
             master_auth: (None, None),
         }
@@ -136,6 +147,28 @@ impl LockClientBuilder {
         self
     }
 
+    /// Local handoff: when a task releases a lock that another task of this client is queued
+    /// for, the hold goes straight to that task, without a release and an acquire in Redis
+    /// (the next holder is still another owner, with a larger fencing token, and the watchdog
+    /// renews on without a gap). After `limit` consecutive handoffs (default 32, at most 1023),
+    /// or once the process has kept the lock for the [`local_handoff_window`] (default 10 ms),
+    /// the release goes to Redis and the next local task lets a waiter of another process
+    /// ask first, so processes take turns. `0` turns handoff off: every release goes to Redis.
+    /// Applies to the plain lock (also inside multi-locks and the stock helper's segments).
+    ///
+    /// [`local_handoff_window`]: LockClientBuilder::local_handoff_window
+    pub fn local_handoffs(mut self, limit: u32) -> Self {
+        self.handoff.limit = limit;
+        self
+    }
+
+    /// How long after taking a lock in Redis this process may keep handing it between its own
+    /// tasks (see [`local_handoffs`](LockClientBuilder::local_handoffs)); default 10 ms.
+    pub fn local_handoff_window(mut self, window: Duration) -> Self {
+        self.handoff.window = window;
+        self
+    }
+
     /// Trusts these PEM root certificates (a private CA, a self-signed server) for `rediss://`
     /// connections instead of the system's trust store. Applies to every node of a cluster.
     pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
@@ -165,6 +198,19 @@ impl LockClientBuilder {
                 return bad("a sentinel client needs the master's name".into());
             }
             _ => {}
+        }
+        if self.handoff.limit > crate::handoff::MAX_HANDOFFS {
+            return bad(format!(
+                "local_handoffs of {} is above the limit of {}: fencing tokens leave room for that many local successors of one Redis acquire",
+                self.handoff.limit,
+                crate::handoff::MAX_HANDOFFS
+            ));
+        }
+        if self.handoff.window > MAX_TIMEOUT {
+            return bad(format!(
+                "local_handoff_window of {:?} is above the limit of {MAX_TIMEOUT:?}",
+                self.handoff.window
+            ));
         }
         if self.connections == 0 {
             return bad("connections must be at least 1".into());
@@ -216,6 +262,8 @@ impl std::fmt::Debug for LockClientBuilder {
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("release_latch", &self.latch_ttl)
+            .field("local_handoffs", &self.handoff.limit)
+            .field("local_handoff_window", &self.handoff.window)
             .field("tls_root_certificates", &self.tls_root.is_some())
             .field("master_user", &self.master_auth.0)
             .finish()

@@ -62,6 +62,10 @@ impl LockGuard {
     /// the counter was made; the counter key expires (a day, or twice the lease, after it was
     /// made) and the next one starts from the clock again, so tokens never go backwards unless
     /// the Redis server's clock jumps back by more than that lifetime.
+    /// A token is the Redis counter times 1024; a hold handed over locally by the previous
+    /// holder of this client (see [`LockGuard::release`]) has that holder's token plus one, and
+    /// at most 1023 handoffs follow one Redis acquire, so the next acquire in Redis is always
+    /// above them. Tokens fit an SQL `BIGINT` until the year 2255.
     /// Tokens are only as durable as Redis's data: a failover to a replica that missed the last
     /// write can repeat one.
     pub fn fencing_token(&self) -> u64 {
@@ -101,11 +105,18 @@ impl LockGuard {
     /// waiter is woken. [`LockError::NotHeld`] if the lock was lost meanwhile: nothing of a new
     /// holder's is touched.
     ///
+    /// When another task of this client is queued for the lock, the last hold is instead
+    /// handed to it without a round trip (local handoff; bounded by the client's
+    /// [`local_handoffs`](crate::LockClientBuilder::local_handoffs) settings): this returns at
+    /// once and the lock stays held in Redis, now by that task.
+    ///
     /// Cancel-safe: if this future is dropped half-way (a caller's timeout), the release is
     /// finished in the background with the same request id, so it is applied exactly once.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.released = true;
-        let last = begin_release(&self.shared, &self.hold);
+        let Some(last) = begin_release(&self.shared, &self.hold) else {
+            return Ok(());
+        };
         let pending = Pending {
             shared: self.shared.clone(),
             hold: self.hold.clone(),
@@ -132,7 +143,9 @@ impl Drop for LockGuard {
             return;
         }
         // Drop cannot await: stop renewing now, release on the runtime.
-        let last = begin_release(&self.shared, &self.hold);
+        let Some(last) = begin_release(&self.shared, &self.hold) else {
+            return;
+        };
         Pending {
             shared: self.shared.clone(),
             hold: self.hold.clone(),
@@ -211,13 +224,17 @@ impl std::fmt::Debug for LockGuard {
 }
 
 /// Synchronous first half: drops one local hold; the last one leaves the watchdog here, before
-/// any request goes out, so no renewal can follow the release.
-fn begin_release(shared: &Arc<Shared>, hold: &Hold) -> bool {
+/// any request goes out, so no renewal can follow the release. `None` when the last one went
+/// to the next local task instead (nothing to send), else whether it was the last.
+fn begin_release(shared: &Arc<Shared>, hold: &Arc<Hold>) -> Option<bool> {
     let last = hold.local_holds.fetch_sub(1, Ordering::AcqRel) == 1;
     if last {
-        shared.watchdog.remove(hold.id);
+        let due = shared.watchdog.remove(hold.id);
+        if crate::handoff::hand_over(shared, hold, due) {
+            return None;
+        }
     }
-    last
+    Some(last)
 }
 
 async fn finish_release(
@@ -226,10 +243,11 @@ async fn finish_release(
     last: bool,
     latch: &str,
 ) -> Result<(), LockError> {
+    let sent_at = tokio::time::Instant::now();
     let result = release_script(shared, hold, latch).await;
     if last {
         // Only now may the next task of this process try: the lock is free (or expiring).
-        hold.release_gate();
+        hold.release_gate(Some(sent_at.elapsed()));
     }
     match result {
         Ok(-1) => {

@@ -37,6 +37,13 @@ pub(crate) struct Hold {
     lost_notify: Notify,
     /// This client's turn at the key; given back after the last hold's release.
     pub(crate) gate: Mutex<Option<GatePass>>,
+    /// How many local handoffs passed the lock on since this process took it in Redis.
+    pub(crate) handoffs: u32,
+    /// When this process took the lock in Redis (handoffs keep the first holder's).
+    pub(crate) kept_since: Instant,
+    /// Set when this hold's release goes to Redis to end a run of handoffs: the next local
+    /// contender lets other processes go first.
+    yield_next: AtomicBool,
 }
 
 impl Hold {
@@ -64,7 +71,40 @@ impl Hold {
             lost: AtomicBool::new(false),
             lost_notify: Notify::new(),
             gate: Mutex::new(None),
+            handoffs: 0,
+            kept_since: Instant::now(),
+            yield_next: AtomicBool::new(false),
         }
+    }
+
+    /// The hold a local handoff gives the next task (taking it with `lease`): the same Redis
+    /// owner and validity deadline as `from`, a new local owner (its own id, hold count and
+    /// lost signal) and the next fencing token.
+    pub(crate) fn handed_from(from: &Hold, shared: &Shared, lease: Duration) -> Self {
+        Hold {
+            id: shared.next_seq(),
+            client_id: from.client_id.clone(),
+            name: from.name.clone(),
+            keys: from.keys.clone(),
+            owner: from.owner.clone(),
+            kind: from.kind.clone(),
+            lease,
+            hard: false,
+            valid_until: Mutex::new(Some(from.valid_until())),
+            token: AtomicU64::new(from.token.load(Ordering::Acquire) + 1),
+            local_holds: AtomicU32::new(1),
+            lost: AtomicBool::new(false),
+            lost_notify: Notify::new(),
+            gate: Mutex::new(None),
+            handoffs: from.handoffs + 1,
+            kept_since: from.kept_since,
+            yield_next: AtomicBool::new(false),
+        }
+    }
+
+    /// Marks this hold's release as the end of a run of local handoffs.
+    pub(crate) fn yield_next(&self) {
+        self.yield_next.store(true, Ordering::Release);
     }
 
     /// The same hold for an existing owner (a writer taking the read side of its lock keeps
@@ -131,8 +171,15 @@ impl Hold {
         }
     }
 
-    pub(crate) fn release_gate(&self) {
-        self.gate.lock().unwrap_or_else(|e| e.into_inner()).take();
+    /// Gives this client's turn at the key to the next local task; `release_rtt`: how long the
+    /// release in Redis took, which sets the next contender's courtesy after a run of handoffs.
+    pub(crate) fn release_gate(&self, release_rtt: Option<Duration>) {
+        let pass = self.gate.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let (Some(mut pass), Some(rtt)) = (pass, release_rtt) {
+            if self.yield_next.load(Ordering::Acquire) {
+                pass.courtesy = Some(crate::handoff::courtesy(rtt));
+            }
+        }
     }
 }
 

@@ -73,6 +73,13 @@ pub(crate) trait LockKind: Send + Sync + std::fmt::Debug {
         }
     }
 
+    /// Whether a released hold may go to the next task of this client queued for the key
+    /// without a release and an acquire in Redis (see `handoff.rs`): kinds where the next
+    /// holder would hold exactly what the last one did, under the same owner entry.
+    fn hands_over_locally(&self) -> bool {
+        false
+    }
+
     /// Whether a refused attempt leaves something of its owner in Redis (a waiting writer's
     /// claim, a place in a queue) that [`LockKind::release`] takes back: then an acquire that
     /// ends without the lock (timed out, cancelled while waiting, failed) sends that release.

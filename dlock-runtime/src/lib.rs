@@ -205,6 +205,7 @@ mod error;
 pub mod fence;
 mod gate;
 mod guard;
+mod handoff;
 mod hold;
 mod kind;
 mod lock;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::LockError;
-use crate::gate::GatePass;
+use crate::gate::{GatePass, Turn};
 use crate::guard::LockGuard;
 use crate::hold::Hold;
 use crate::kind::{Attempt, LockKind, Nested, Plain};
@@ -211,10 +211,27 @@ impl Lock {
             name: self.name.clone(),
             waited: started.elapsed(),
         };
-        let Ok(pass) = tokio::time::timeout_at(deadline, inner.gates.enter(&self.keys.key)).await
-        else {
-            return Err(timeout());
+        // A watchdog-renewed hold of a kind that allows it can be handed over by the previous
+        // local holder instead of taken in Redis.
+        let takes_hold = (self.kind.hands_over_locally() && self.lease.is_none()).then_some(lease);
+        let entered = inner.gates.enter(&self.keys.key, takes_hold);
+        let pass = match tokio::time::timeout_at(deadline, entered).await {
+            Err(_) => return Err(timeout()),
+            Ok(Turn::Contend(pass)) => pass,
+            Ok(Turn::Hold(baton)) => match baton.take() {
+                Ok(guard) => {
+                    tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: acquired by local handoff");
+                    return Ok(guard);
+                }
+                // Lost on its way: ask Redis like anyone else.
+                Err(pass) => pass,
+            },
         };
+        if let Some(courtesy) = pass.courtesy {
+            // The last holder ended a run of local handoffs: a waiter of another process,
+            // woken by its release, gets to ask Redis first.
+            tokio::time::sleep_until(deadline.min(Instant::now() + courtesy)).await;
+        }
         // Takes back what refused attempts left in Redis if this acquire ends without the lock:
         // awaited here on an error, sent from Drop if this future is dropped.
         let mut give_up = GiveUp::new(&self.shared, self.kind.refusal_leaves_a_trace());
@@ -354,6 +371,7 @@ impl Lock {
         due: Instant,
         started: Instant,
     ) -> LockGuard {
+        let token = crate::handoff::token_from_redis(token);
         hold.token.store(token, Ordering::Release);
         hold.local_holds.store(1, Ordering::Release);
         if self.kind.keeps_gate() {
@@ -444,7 +462,7 @@ impl Lock {
         hold.confirm(sent_at);
         // The enclosing hold's token when this side was not a free -> held transition.
         let token = if token > 0 {
-            token as u64
+            crate::handoff::token_from_redis(token as u64)
         } else {
             parent.token.load(Ordering::Acquire)
         };

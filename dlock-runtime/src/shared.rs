@@ -30,6 +30,8 @@ pub(crate) struct Shared {
     pub(crate) gates: Gates,
     /// How long one reply may take (the builder's `response_timeout`).
     pub(crate) response_timeout: Duration,
+    /// Bounds on passing a lock between tasks of this client without Redis.
+    pub(crate) handoff: crate::handoff::Bounds,
     /// The client's own thread: connections, watchdog, subscriber, background releases.
     /// Declared last so it is dropped after everything that spawns onto it.
     pub(crate) bg: Background,
@@ -84,6 +86,7 @@ impl Shared {
             default_wait: b.default_wait,
             response_timeout: b.response_timeout,
             latch_ttl: b.latch_ttl,
+            handoff: b.handoff,
             client_id,
             seq: AtomicU64::new(0),
             waiters,

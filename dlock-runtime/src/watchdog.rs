@@ -106,9 +106,26 @@ impl Watchdog {
         self.shared.wake_before(due);
     }
 
-    /// Removes a hold; after this returns no renewal of it will be sent.
-    pub(crate) fn remove(&self, id: u64) {
-        self.shared.entries().remove(&id);
+    /// Removes a hold; after this returns no renewal of it will be sent. Returns when its next
+    /// renewal was due, if it was being renewed.
+    pub(crate) fn remove(&self, id: u64) -> Option<Instant> {
+        let e = self.shared.entries().remove(&id)?;
+        e.active.then_some(e.due)
+    }
+
+    /// Renews `hold` from now on, first at `due`: a hold handed over locally keeps the
+    /// schedule of the hold it continues, so its renewals go on without a gap.
+    pub(crate) fn adopt(&self, hold: Arc<Hold>, due: Instant) {
+        let id = hold.id;
+        self.shared.entries().insert(
+            id,
+            Entry {
+                hold,
+                active: true,
+                due,
+            },
+        );
+        self.shared.wake_before(due);
     }
 
     /// Renews every hold now: called when a connection was lost or replaced (Redis restarted,

@@ -10,6 +10,7 @@ mod basics;
 mod failover;
 mod fair_lock;
 mod fence;
+mod handoff;
 mod multi_lock;
 mod rwlock;
 mod semaphore;

@@ -21,6 +21,10 @@ impl LockKind for Plain {
         true
     }
 
+    fn hands_over_locally(&self) -> bool {
+        true
+    }
+
     fn acquire(&self, hold: &Hold, reentry: Option<&str>, latch_ttl: Duration) -> Call<'static> {
         let marker = reentry.map_or_else(
             || format!("{}reentry", hold.keys.latch_prefix),
