@@ -5,13 +5,25 @@
 //! and its watchdog schedule. The receiver gets a new local hold, a different owner for
 //! re-entry (the giver's scope cannot re-enter it), with the giver's validity deadline, so it
 //! never believes in more lease than Redis granted, and a fencing token one above the giver's
-//! (tokens from Redis are scaled by [`LOCAL_TOKENS`], so a later free -> held transition in
+//! (tokens from Redis are scaled by `LOCAL_TOKENS`, so a later free -> held transition in
 //! Redis always hands out more than any local successor of an earlier one).
 //!
 //! Bounded, so other processes get their turn (Dice, Marathe and Shavit, "Lock Cohorting",
 //! 2012): after `local_handoffs` consecutive handoffs, or once the process has kept the lock for
 //! `local_handoff_window`, the release goes to Redis, and the next local contender lets a
-//! waiter of another process go first (see [`courtesy`]).
+//! waiter of another process go first (see `courtesy`).
+//!
+//! Only the plain lock hands over so far (`LockKind::hands_over_locally`). How
+//! the others would:
+//! * the write side of a read-write lock is an owner entry like the plain lock's: writer to
+//!   writer works the same way, on the same bounds. Readers need nothing (shared kinds leave
+//!   the gate as soon as they hold), and a writer handing to a local reader would change the
+//!   mode in Redis, which takes a script: that stays a release and an acquire;
+//! * the fair lock must not let a local task overtake earlier waiters of other processes. Its
+//!   release already grants the lock to the head of the Redis queue; the extension is for the
+//!   release's reply to name the grantee, so that when the head is a task of this client it is
+//!   handed the hold at once instead of hearing the grant over pub/sub (one round trip per
+//!   handoff, not zero, and never out of queue order).
 
 use std::sync::Arc;
 use std::time::Duration;
