@@ -58,6 +58,10 @@
 //! * `testing`: the `testing` module (`RedisServer`, `RedisCluster`, `RedisSentinel`), throw-away
 //!   Redis deployments for your own tests. Needs `redis-server` on the `PATH`.
 
+// docs.rs builds with nightly and `--cfg docsrs`: feature-gated items get their badge there;
+// stable rustdoc has no `doc(cfg)`, so the crate docs also say it in words.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub use dlock_runtime::*;
 
 pub use dlock_macros::{distributed_lock, distributed_semaphore};

@@ -65,7 +65,13 @@ fn reason(e: LockError) -> String {
 #[tokio::test]
 async fn bad_input_is_rejected_with_a_reason() {
     let (_server, client) = client().await;
-    assert!(reason(SegmentedStock::new(&client, "sku", 0).unwrap_err()).contains("0 segments"));
+    let zero = SegmentedStock::new(&client, "sku", 0).unwrap_err();
+    assert!(
+        zero.to_string()
+            .starts_with("invalid argument for `sku`: segmented stock"),
+        "{zero}"
+    );
+    assert!(reason(zero).contains("0 segments"));
     assert!(reason(SegmentedStock::new(&client, "sku", 257).unwrap_err()).contains("1 to 256"));
     assert!(reason(SegmentedStock::new(&client, "", 4).unwrap_err()).contains("name is empty"));
     assert!(reason(SegmentLocks::new(&client, "", 4).unwrap_err()).contains("name is empty"));
@@ -142,9 +148,10 @@ async fn redis_down_gives_an_error_naming_the_item_and_the_url() {
         assert_eq!(e.lock_name(), Some("sku:down"));
         let msg = e.to_string();
         assert!(
-            msg.contains("sku:down") && msg.contains(&server.url()),
+            msg.contains("of item `sku:down`") && msg.contains(&server.url()),
             "{msg}"
         );
+        assert!(!msg.contains("lock"), "a stock item is not a lock: {msg}");
     }
 }
 

@@ -54,7 +54,7 @@ pub enum LockError {
     },
 
     /// Redis could not be reached or answered with an error.
-    #[error("redis at {url} failed during {op}{}: {source}", of_lock(.name))]
+    #[error("redis at {url} failed during {op}{}: {source}", of_subject(.name, .op))]
     Redis {
         /// The lock's name (empty for client-level operations).
         name: String,
@@ -92,7 +92,7 @@ pub enum LockError {
     },
 
     /// A bad argument: zero TTL, empty name, a prefix with braces, ...
-    #[error("invalid argument{}: {reason}", for_lock(.name))]
+    #[error("invalid argument{}: {reason}", for_subject(.name))]
     InvalidArgument {
         /// The lock's name (empty for client-level settings).
         name: String,
@@ -154,22 +154,36 @@ impl LockError {
     }
 }
 
-/// " of lock `name`", or nothing for a client-level error (no lock, empty name): a message
-/// must not read "of lock ``".
-fn of_lock(name: &str) -> String {
+/// " of lock `name`" (" of item `name`" for a stock operation, " of key `name`" for a fenced
+/// write), or nothing for a client-level error (no lock, empty name): a message must not read
+/// "of lock ``", and a stock item is not a lock.
+fn of_subject(name: &str, op: &str) -> String {
     if name.is_empty() {
         String::new()
     } else {
-        format!(" of lock `{name}`")
+        format!(" of {} `{name}`", noun(op))
     }
 }
 
-/// " for lock `name`", or nothing for a client-level setting.
-fn for_lock(name: &str) -> String {
+/// What an operation works on, by the operation's name: stock operations are named
+/// "stock ...", fenced writes and reads "fence ...".
+fn noun(op: &str) -> &'static str {
+    if op.starts_with("stock") {
+        "item"
+    } else if op.starts_with("fence") {
+        "key"
+    } else {
+        "lock"
+    }
+}
+
+/// " for `name`", or nothing for a client-level setting. No noun: the name may be a lock's, a
+/// semaphore's or a stock item's, and the reason says which setting of which it is about.
+fn for_subject(name: &str) -> String {
     if name.is_empty() {
         String::new()
     } else {
-        format!(" for lock `{name}`")
+        format!(" for `{name}`")
     }
 }
 
@@ -226,6 +240,23 @@ mod tests {
     }
 
     #[test]
+    fn redis_errors_name_what_the_operation_works_on() {
+        let source = || redis::RedisError::from((redis::ErrorKind::Io, "refused"));
+        let shown = |op| {
+            LockError::Redis {
+                name: "sku:1".into(),
+                op,
+                url: "redis://127.0.0.1:1".into(),
+                source: source(),
+            }
+            .to_string()
+        };
+        assert!(shown("stock take").contains("during stock take of item `sku:1`:"));
+        assert!(shown("fence write").contains("during fence write of key `sku:1`:"));
+        assert!(shown("acquire").contains("during acquire of lock `sku:1`:"));
+    }
+
+    #[test]
     fn client_level_errors_name_no_lock() {
         let e = LockError::invalid("", "connections must be at least 1");
         assert_eq!(
@@ -234,7 +265,7 @@ mod tests {
         );
         assert_eq!(e.lock_name(), None);
         let e = LockError::invalid("a", "empty");
-        assert_eq!(e.to_string(), "invalid argument for lock `a`: empty");
+        assert_eq!(e.to_string(), "invalid argument for `a`: empty");
         let e = LockError::Timeout {
             name: "job".into(),
             waited: Duration::from_micros(5_001_234),

@@ -203,6 +203,10 @@
 //! there (lock hash, fencing counter, stock segment), invalid argument
 //! (empty name, zero TTL, both `ttl` and `lease`), no installed client.
 
+// docs.rs builds with nightly and `--cfg docsrs`: feature-gated items get their badge there;
+// stable rustdoc has no `doc(cfg)`, so the crate docs also say it in words.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod background;
 mod builder;
 mod client;
@@ -232,6 +236,7 @@ mod waiters;
 mod watchdog;
 
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
 pub use builder::{LockClientBuilder, DEFAULT_PREFIX, DEFAULT_TTL, DEFAULT_WAIT};
