@@ -1,6 +1,7 @@
 //! Contention at the limit: tasks taking turns on one key, each doing a non-atomic GET n /
-//! SET n+1 inside the lock, with local handoff off (every release and acquire goes to Redis)
-//! and on (the client's defaults), in one run.
+//! SET n+1 inside the lock, with local handoff off (every release and acquire goes to Redis),
+//! on (the client's defaults), and nearly unbounded (1023 handoffs, 1 s: what the bounds
+//! cost), in one run.
 //!
 //! `cargo run --release --example contend` (starts its own redis-server unless REDIS_URL is
 //! set). Prints, as ratios to a PING measured in this run: the uncontended acquire+release;
@@ -66,6 +67,11 @@ async fn main() {
     let settings: &[(&str, Option<u32>, Option<u64>)] = &[
         ("handoff off", Some(0), None),
         ("handoff on (defaults)", None, None),
+        (
+            "handoff 1023 / 1 s (nearly unbounded)",
+            Some(1023),
+            Some(1000),
+        ),
     ];
     for &(label, handoffs, window_ms) in settings {
         let client = client(&url, handoffs, window_ms).await;

@@ -114,6 +114,11 @@ impl Topology {
         }
     }
 
+    /// Whether this is a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Topology::Cluster { .. })
+    }
+
     /// The deployment's address for messages, passwords removed.
     pub(crate) fn display_url(&self) -> String {
         match self {

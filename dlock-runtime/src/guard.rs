@@ -246,10 +246,12 @@ async fn finish_release(
     let sent_at = tokio::time::Instant::now();
     let result = release_script(shared, hold, latch).await;
     if last {
-        // Only now may the next task of this process try: the lock is free (or expiring).
-        hold.release_gate(Some(sent_at.elapsed()));
+        // Only now may the next task of this process try: the lock is free (or expiring). It
+        // owes a waiter of another process a head start only if one may have heard the release.
+        let others_may_wait = !matches!(&result, Ok(r) if r.nobody_listened(shared));
+        hold.release_gate(others_may_wait.then(|| sent_at.elapsed()));
     }
-    match result {
+    match result.map(|r| r.left) {
         Ok(-1) => {
             hold.mark_lost("release found the lock no longer ours");
             Err(LockError::NotHeld {
@@ -282,26 +284,57 @@ pub(crate) async fn release_quietly(shared: &Arc<Shared>, hold: &Hold) {
     }
 }
 
+/// What a release script answered.
+struct Released {
+    /// Holds the owner has left (0: freed), -1 if it held none.
+    left: i64,
+    /// When this release freed the lock: how many subscribers its message reached. `None` when
+    /// the script does not say (other kinds, a retry answered from the latch).
+    listeners: Option<i64>,
+}
+
+impl Released {
+    /// The script's reply: the bare count, or `{0, listeners}` when the plain lock was freed.
+    fn decode(reply: redis::Value) -> redis::RedisResult<Self> {
+        let (left, listeners) = match reply {
+            redis::Value::Array(pair) => {
+                let (left, listeners): (i64, i64) =
+                    redis::FromRedisValue::from_redis_value(redis::Value::Array(pair))?;
+                (left, Some(listeners))
+            }
+            other => (redis::FromRedisValue::from_redis_value(other)?, None),
+        };
+        Ok(Released { left, listeners })
+    }
+
+    /// True when the release freed the lock and no subscriber was there to hear it, so no
+    /// other process was waiting for it. Only where PUBLISH counts every subscriber.
+    fn nobody_listened(&self, shared: &Shared) -> bool {
+        self.listeners == Some(0) && shared.publish_counts_all
+    }
+}
+
 /// Runs release.lua, retrying lost replies with the same request id: the latch in Redis
 /// answers a retry of a release that already ran instead of releasing twice.
 async fn release_script(
     shared: &Arc<Shared>,
     hold: &Hold,
     latch_id: &str,
-) -> Result<i64, LockError> {
+) -> Result<Released, LockError> {
     let inner = &shared;
     let latch = format!("{}{latch_id}", hold.keys.latch_prefix);
     let mut attempt = 0;
     let first_send = tokio::time::Instant::now();
     loop {
         let mut conn = inner.conn();
-        let reply: redis::RedisResult<i64> = hold
+        let reply: redis::RedisResult<Released> = hold
             .kind
             .release(hold, &latch, inner.latch_ttl)
             .invoke_async(&mut conn)
-            .await;
+            .await
+            .and_then(Released::decode);
         match reply {
-            Ok(left) => return Ok(left),
+            Ok(released) => return Ok(released),
             // Retry only while the latch surely still remembers a release that did run.
             Err(e)
                 if attempt < 3

@@ -11,7 +11,11 @@
 //! Bounded, so other processes get their turn (Dice, Marathe and Shavit, "Lock Cohorting",
 //! 2012): after `local_handoffs` consecutive handoffs, or once the process has kept the lock for
 //! `local_handoff_window`, the release goes to Redis, and the next local contender lets a
-//! waiter of another process go first (see `courtesy`).
+//! waiter of another process go first (see `courtesy`). It does so only if the release's
+//! message reached a subscriber: when nobody else was listening (one server or Sentinel,
+//! where PUBLISH counts every subscriber) the pause would only idle the lock. A waiter that
+//! is between a failed try and its subscription is not counted; it still gets its turn at the
+//! next bound, since the run is then in Redis's hands like any other holder's.
 //!
 //! Only the plain lock hands over so far (`LockKind::hands_over_locally`). How
 //! the others would:
@@ -60,7 +64,8 @@ pub(crate) struct Bounds {
 /// How long the next local contender waits before asking Redis, after a release that ended a
 /// run of handoffs took `release_rtt`: long enough for a waiter of another process (woken by
 /// the release's message) to get its acquire in first, which takes about one round trip plus
-/// a wake-up; short enough that with nobody else waiting it costs once per run, not per op.
+/// a wake-up; short enough that it costs once per run, not per op. Tokio's timer rounds it up
+/// to its 1 ms tick, which is why it is skipped when nobody else was listening.
 pub(crate) fn courtesy(release_rtt: Duration) -> Duration {
     (release_rtt * 2).clamp(Duration::from_micros(200), Duration::from_millis(20))
 }

@@ -172,7 +172,8 @@ impl Hold {
     }
 
     /// Gives this client's turn at the key to the next local task; `release_rtt`: how long the
-    /// release in Redis took, which sets the next contender's courtesy after a run of handoffs.
+    /// release in Redis took, which sets the next contender's courtesy after a run of handoffs
+    /// (`None`: no courtesy is owed, as nobody else was listening or nothing was sent).
     pub(crate) fn release_gate(&self, release_rtt: Option<Duration>) {
         let pass = self.gate.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let (Some(mut pass), Some(rtt)) = (pass, release_rtt) {

@@ -230,6 +230,7 @@ impl Lock {
         if let Some(courtesy) = pass.courtesy {
             // The last holder ended a run of local handoffs: a waiter of another process,
             // woken by its release, gets to ask Redis first.
+            tracing::debug!(lock = %self.name, ?courtesy, "dlock: letting another process go first");
             tokio::time::sleep_until(deadline.min(Instant::now() + courtesy)).await;
         }
         // Takes back what refused attempts left in Redis if this acquire ends without the lock:

@@ -32,6 +32,9 @@ pub(crate) struct Shared {
     pub(crate) response_timeout: Duration,
     /// Bounds on passing a lock between tasks of this client without Redis.
     pub(crate) handoff: crate::handoff::Bounds,
+    /// Whether PUBLISH's reply counts every subscriber of the deployment. On a cluster it
+    /// counts only the node's own (the message reaches the others over the cluster bus).
+    pub(crate) publish_counts_all: bool,
     /// The client's own thread: connections, watchdog, subscriber, background releases.
     /// Declared last so it is dropped after everything that spawns onto it.
     pub(crate) bg: Background,
@@ -87,6 +90,7 @@ impl Shared {
             response_timeout: b.response_timeout,
             latch_ttl: b.latch_ttl,
             handoff: b.handoff,
+            publish_counts_all: !topology.is_cluster(),
             client_id,
             seq: AtomicU64::new(0),
             waiters,

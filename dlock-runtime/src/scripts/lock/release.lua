@@ -2,7 +2,10 @@
 -- KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] latch for this request id
 -- ARGV[1] owner id, ARGV[2] lease in ms to refresh when holds remain (0: a hard lease, keep
 -- its expiry), ARGV[3] latch lifetime ms
--- Returns -1 when ARGV[1] does not hold the lock, else the holds it has left (0 = freed).
+-- Returns -1 when ARGV[1] does not hold the lock, else the holds it has left; {0, listeners}
+-- when this freed it, listeners being how many subscribers PUBLISH reached (the client skips
+-- its courtesy pause when nobody else was listening). A retry answered from the latch returns
+-- the bare count.
 -- Every check comes before the first write: Redis does not roll a failed script back.
 local done = redis.pcall('GET', KEYS[3])
 if type(done) == 'table' then
@@ -30,6 +33,6 @@ if result > 0 then
   end
 elseif result == 0 then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[2], 'released')
+  return {0, redis.call('PUBLISH', KEYS[2], 'released')}
 end
 return result

@@ -1,0 +1,201 @@
+//! Where the uncontended acquire+release cycle's time goes, each figure as a ratio to a PING
+//! round trip of the same run.
+//!
+//! `cargo run --release --example cycle` (starts its own redis-server unless REDIS_URL is set).
+//!
+//! Rows, from the floor up:
+//! * two EVALSHA of a script that does nothing: what any two-script cycle costs at least;
+//! * a minimal lock's scripts (EXISTS + HSET + PEXPIRE, then HGET + DEL + PUBLISH), without
+//!   fencing tokens or a retry latch;
+//! * dlock's own acquire.lua and release.lua sent on a plain connection;
+//! * `Lock::acquire` + `LockGuard::release` (the scripts plus the client's bookkeeping).
+//!
+//! Redis's own time per call is printed from INFO commandstats.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use dlock::redis::{self, aio::MultiplexedConnection, Script};
+use dlock::LockClient;
+use support::{percentile, ping_rtt, redis_url};
+
+const ACQUIRE: &str = include_str!("../dlock-runtime/src/scripts/lock/acquire.lua");
+const RELEASE: &str = include_str!("../dlock-runtime/src/scripts/lock/release.lua");
+
+/// A lock with nothing but an owner and an expiry.
+const MINIMAL_ACQUIRE: &str = "if redis.call('EXISTS', KEYS[1]) == 0 then \
+     redis.call('HSET', KEYS[1], ARGV[1], 1) redis.call('PEXPIRE', KEYS[1], ARGV[2]) \
+     return 1 end return 0";
+const MINIMAL_RELEASE: &str = "if redis.call('HGET', KEYS[1], ARGV[1]) then \
+     redis.call('DEL', KEYS[1]) redis.call('PUBLISH', KEYS[2], 'released') return 0 end \
+     return -1";
+
+const SAMPLES: usize = 3000;
+
+/// Median time of `SAMPLES` sequential runs of `f` (given the run's number).
+async fn median<F, Fut>(mut f: F) -> Duration
+where
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut samples = Vec::with_capacity(SAMPLES);
+    for i in 0..SAMPLES {
+        let t = Instant::now();
+        f(i).await;
+        samples.push(t.elapsed());
+    }
+    percentile(&mut samples, 0.5)
+}
+
+/// Microseconds Redis spent per EVALSHA since the last reset, and resets the counters.
+async fn script_usec(admin: &mut MultiplexedConnection) -> f64 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(admin)
+        .await
+        .expect("INFO");
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(admin)
+        .await
+        .expect("CONFIG RESETSTAT");
+    stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .and_then(|l| {
+            l.split("usec_per_call=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
+}
+
+#[tokio::main]
+async fn main() {
+    let (url, _server) = redis_url();
+    let client = redis::Client::open(url.as_str()).expect("redis url");
+    let conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let mut admin = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let locks = LockClient::builder(url.as_str())
+        .build()
+        .await
+        .expect("connect");
+    let lock = locks.lock("cycle:lock");
+    let (nop, acquire, release) = (
+        Script::new("return 1"),
+        Script::new(ACQUIRE),
+        Script::new(RELEASE),
+    );
+    let (min_acquire, min_release) = (Script::new(MINIMAL_ACQUIRE), Script::new(MINIMAL_RELEASE));
+    for round in 0..3 {
+        let rtt = ping_rtt(&url, 2000).await;
+        let row = |label: &str, d: Duration, usec: f64| {
+            println!(
+                "  {label:<44} {:>8.1?} ({:.2} RTT), Redis {usec:.1} µs per script",
+                d,
+                d.as_secs_f64() / rtt.as_secs_f64()
+            );
+        };
+        println!("round {round}: PING RTT {rtt:?}");
+        script_usec(&mut admin).await;
+        let d = median(|_| {
+            let (mut c, s) = (conn.clone(), nop.clone());
+            async move {
+                for _ in 0..2 {
+                    let _: i64 = s.key("a").arg(1).invoke_async(&mut c).await.expect("nop");
+                }
+            }
+        })
+        .await;
+        row("two no-op scripts", d, script_usec(&mut admin).await);
+        let d = median(|i| {
+            let (mut c, a, r) = (conn.clone(), min_acquire.clone(), min_release.clone());
+            async move {
+                let owner = format!("o:{round}:{i}");
+                let got: i64 = a
+                    .key("cycle:min")
+                    .arg(&owner)
+                    .arg(30_000)
+                    .invoke_async(&mut c)
+                    .await
+                    .expect("acquire");
+                assert_eq!(got, 1);
+                let left: i64 = r
+                    .key("cycle:min")
+                    .key("cycle:min:chan")
+                    .arg(&owner)
+                    .invoke_async(&mut c)
+                    .await
+                    .expect("release");
+                assert_eq!(left, 0);
+            }
+        })
+        .await;
+        row("minimal lock scripts", d, script_usec(&mut admin).await);
+        let d = median(|i| {
+            let (mut c, a, r) = (conn.clone(), acquire.clone(), release.clone());
+            async move {
+                let owner = format!("o:{round}:{i}");
+                let (count, _token): (i64, i64) = a
+                    .key("cycle:raw")
+                    .key("cycle:raw:fence")
+                    .key(format!("cycle:raw:marker:{owner}"))
+                    .arg(30_000)
+                    .arg(&owner)
+                    .arg(5_000)
+                    .arg(0)
+                    .arg(600_000)
+                    .arg(0)
+                    .invoke_async(&mut c)
+                    .await
+                    .expect("acquire.lua");
+                assert_eq!(count, 1);
+                let _: redis::Value = r
+                    .key("cycle:raw")
+                    .key("cycle:raw:chan")
+                    .key(format!("cycle:raw:latch:{owner}"))
+                    .arg(&owner)
+                    .arg(30_000)
+                    .arg(5_000)
+                    .invoke_async(&mut c)
+                    .await
+                    .expect("release.lua");
+            }
+        })
+        .await;
+        row(
+            "dlock's scripts on a plain connection",
+            d,
+            script_usec(&mut admin).await,
+        );
+        let d = median(|_| {
+            let lock = lock.clone();
+            async move {
+                lock.acquire()
+                    .await
+                    .expect("acquire")
+                    .release()
+                    .await
+                    .expect("release");
+            }
+        })
+        .await;
+        row(
+            "Lock::acquire + LockGuard::release",
+            d,
+            script_usec(&mut admin).await,
+        );
+    }
+}
