@@ -170,19 +170,20 @@
 //! # Performance
 //!
 //! `cargo run --release --example bench` prints every figure as a ratio to a PING round trip
-//! measured in the same run. On a 2-core VM against local Redis 7.0 (PING 57-100 µs hot,
-//! 100-150 µs after 3 ms idle; the VM is noisy): uncontended acquire + release 1.3-1.8 RTT
-//! (each script costs Redis ~15 µs of CPU, which a loopback round trip cannot hide); handoff
-//! from release to the next holder 1.5-2.5 idle-PING RTT within one client, 2.4-2.8 across
-//! clients over pub/sub (the subscriber runs on the client's own thread: one more thread
-//! wake-up than before); 16 tasks on one key (GET n / SET n+1 inside the lock) ~8,400 ops/s
-//! with local handoff, ~4,900 without (about 3 RTT per operation instead of 4.3), no lost
-//! update, shared evenly (min/max 1.00/1.00 of the mean); 2 processes x 8 tasks
-//! (`cargo run --release --example contend`) ~11,000 ops/s with handoff, each process 0.50 of
-//! the operations and no acquire waiting longer than ~12 ms, against ~3,500 ops/s, shares
-//! 0.37/0.63 and a longest wait of 1.5 s without; 10,000 waiters on 1,000 keys use 2 connections; each held
-//! lock is renewed 3 times per lease, and 1,000 held locks cost 6 renew script calls per lease
-//! (500 keys a call).
+//! measured in the same run. On a 2-core VM against local Redis 7.0 (PING 47-61 µs hot,
+//! 100-140 µs after 3 ms idle; the VM is noisy): uncontended acquire + release 3.4-4.1 RTT.
+//! `cargo run --release --example cycle` shows where that goes: each of the two scripts costs
+//! Redis 17-22 µs (a no-op script 2.5 µs, a lock without fencing tokens or a retry latch
+//! 7-8 µs), so two no-op scripts alone take 2.1-2.2 RTT and the minimal lock 2.4-2.6. Handoff
+//! from release to the next holder: 0.15-0.2 idle-PING RTT within one client (local handoff),
+//! 2.7-3.2 across clients over pub/sub. 16 tasks on one key (GET n / SET n+1 inside the lock):
+//! 12,200-13,300 ops/s with local handoff, 4,900-5,200 without (1.3-1.7 RTT per operation
+//! instead of 4.1), no lost update, shared evenly (min/max 1.00/1.00 of the mean). 2 processes
+//! x 8 tasks (`cargo run --release --example contend`): ~12,800 ops/s with handoff, each
+//! process 0.50 of the operations and no acquire waiting longer than ~9 ms, against ~4,400
+//! ops/s and a longest wait of about 1 s without. 10,000 waiters on 1,000 keys use 2
+//! connections; each held lock is renewed 3 times per lease, and 1,000 held locks cost 6 renew
+//! script calls per lease (500 keys a call).
 //!
 //! # Defaults
 //!
