@@ -230,6 +230,20 @@ fn cluster_serves_every_slot_and_promotes_replicas() {
     );
 
     let victim = cluster.masters().unwrap()[1].clone();
+    assert_eq!(victim.port, owner.port, "the key lives on master 1");
+    // Replication is asynchronous: a replica promoted before it applied the SET would rightly
+    // lack the key. Wait until the replica has it (SCAN: a keyless command a cluster replica
+    // answers without READONLY) so the assertion below is about promotion, not replication lag.
+    let replica = cluster
+        .nodes()
+        .unwrap()
+        .into_iter()
+        .find(|n| n.master_port == Some(victim.port))
+        .expect("master 1 has a replica");
+    let replica = cluster.server(replica.port).unwrap();
+    eventually(Duration::from_secs(30), "the replica has the key", || {
+        cli(replica, &["SCAN", "0", "MATCH", key, "COUNT", "1000"]).contains(key)
+    });
     let started = Instant::now();
     let heir = cluster.kill_master(1).unwrap();
     println!("RedisCluster::kill_master: {:?}", started.elapsed());
