@@ -162,7 +162,7 @@ async fn main() {
                     .await
                     .expect("acquire.lua");
                 assert_eq!(count, 1);
-                let _: redis::Value = r
+                let freed: redis::Value = r
                     .key("cycle:raw")
                     .key("cycle:raw:chan")
                     .key(format!("cycle:raw:latch:{owner}"))
@@ -172,6 +172,8 @@ async fn main() {
                     .invoke_async(&mut c)
                     .await
                     .expect("release.lua");
+                // `{0, listeners}` when it freed the lock; a bare -1 would mean it did not.
+                assert!(matches!(freed, redis::Value::Array(_)), "{freed:?}");
             }
         })
         .await;

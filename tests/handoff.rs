@@ -5,15 +5,13 @@
 
 mod common;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use dlock::redis::aio::MultiplexedConnection;
 use dlock::{LockClient, LockError, LockGuard};
 
-type Acquiring = Pin<Box<dyn Future<Output = Result<LockGuard, LockError>> + Send>>;
+use common::{queued, Acquiring};
 
 /// Tokens a Redis acquire leaves room for (see `LockGuard::fencing_token`).
 const LOCAL_TOKENS: u64 = 1024;
@@ -37,27 +35,6 @@ async fn patient(server: &dlock::testing::RedisServer) -> LockClient {
     client_with(server, 32, Duration::from_secs(60)).await
 }
 
-/// Script calls Redis has run so far (EVALSHA, and EVAL after a script cache miss).
-async fn script_calls(conn: &mut MultiplexedConnection) -> u64 {
-    let stats: String = dlock::redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .expect("INFO commandstats");
-    stats
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 /// The owner fields of the lock hash at `key`.
 async fn owners(conn: &mut MultiplexedConnection, key: &str) -> Vec<String> {
     dlock::redis::cmd("HKEYS")
@@ -65,17 +42,6 @@ async fn owners(conn: &mut MultiplexedConnection, key: &str) -> Vec<String> {
         .query_async(conn)
         .await
         .expect("HKEYS")
-}
-
-/// An acquire polled once, so it has queued at the client's gate behind the holder.
-async fn queued(lock: &dlock::Lock) -> Acquiring {
-    let lock = lock.clone();
-    let mut fut: Acquiring = Box::pin(async move { lock.acquire().await });
-    assert!(
-        futures_util::poll!(fut.as_mut()).is_pending(),
-        "the acquire did not queue behind the holder"
-    );
-    fut
 }
 
 /// The acquire's result if it is ready on the next poll.
@@ -102,7 +68,7 @@ async fn a_release_hands_the_hold_to_the_queued_task_without_redis() {
     let holders = owners(&mut admin, lock.key()).await;
     let mut next = queued(&lock).await;
 
-    let calls = script_calls(&mut admin).await;
+    let calls = common::script_calls(&mut admin).await;
     first.release().await.expect("release");
     let second = ready_now(&mut next)
         .await
@@ -110,7 +76,7 @@ async fn a_release_hands_the_hold_to_the_queued_task_without_redis() {
         .expect("handed over");
     // Nothing went to Redis (INFO itself is not a script), and Redis still shows one owner.
     assert_eq!(
-        script_calls(&mut admin).await,
+        common::script_calls(&mut admin).await,
         calls,
         "a handoff ran a script"
     );
@@ -137,7 +103,7 @@ async fn a_receiver_cancelled_while_being_handed_the_hold_passes_it_on() {
     let token = first.fencing_token();
     let cancelled = queued(&lock).await;
     let mut last = queued(&lock).await;
-    let calls = script_calls(&mut admin).await;
+    let calls = common::script_calls(&mut admin).await;
 
     first.release().await.unwrap();
     // The hold is in the first receiver's channel; it is dropped without looking.
@@ -146,7 +112,7 @@ async fn a_receiver_cancelled_while_being_handed_the_hold_passes_it_on() {
         .await
         .expect("the next task got the hold the cancelled one was handed")
         .unwrap();
-    assert_eq!(script_calls(&mut admin).await, calls);
+    assert_eq!(common::script_calls(&mut admin).await, calls);
     assert_eq!(
         got.fencing_token(),
         token + 2,
@@ -441,110 +407,4 @@ async fn handoff_settings_out_of_range_are_invalid_arguments() {
         "handed over with handoff off"
     );
     second.release().await.unwrap();
-}
-
-/// What the client logs when the next local contender pauses for another process.
-const PAUSE: &str = "letting another process go first";
-
-/// Debug lines logged on this thread from now until the returned guard is dropped.
-fn capture_logs() -> (
-    std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-    tracing::subscriber::DefaultGuard,
-) {
-    let logs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_writer(move || Sink(sink.clone()))
-        .finish();
-    (logs, tracing::subscriber::set_default(subscriber))
-}
-
-struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Sink {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn pauses(logs: &std::sync::Mutex<Vec<u8>>) -> usize {
-    String::from_utf8_lossy(&logs.lock().unwrap())
-        .matches(PAUSE)
-        .count()
-}
-
-/// A run of handoffs ended by the limit (1 here): the holder hands to `second`, whose release
-/// goes to Redis after `before_the_end` ran; returns the next local contender's guard (it
-/// contends in Redis) and what `before_the_end` returned.
-async fn run_to_the_limit<T>(
-    lock: &dlock::Lock,
-    before_the_end: impl Future<Output = T>,
-) -> (LockGuard, T) {
-    let first = lock.acquire().await.unwrap();
-    let mut second = queued(lock).await;
-    let mut third = queued(lock).await;
-    first.release().await.unwrap();
-    let second = second.as_mut().await.unwrap();
-    assert_eq!(second.fencing_token() % LOCAL_TOKENS, 1, "not handed over");
-    let before = before_the_end.await;
-    second.release().await.unwrap();
-    (third.as_mut().await.unwrap(), before)
-}
-
-// Current-thread runtime: the log capture is per thread, and the contender runs on this one.
-#[tokio::test]
-async fn a_run_ended_with_nobody_else_listening_goes_on_without_a_pause() {
-    let server = common::server();
-    let busy = client_with(&server, 1, Duration::from_secs(60)).await;
-    let lock = busy.lock("handoff:alone").wait(Duration::from_secs(30));
-    let (logs, _capture) = capture_logs();
-    let (third, ()) = run_to_the_limit(&lock, async {}).await;
-    assert_eq!(
-        third.fencing_token() % LOCAL_TOKENS,
-        0,
-        "the run did not end in Redis"
-    );
-    assert_eq!(pauses(&logs), 0, "paused although nobody else was waiting");
-    third.release().await.unwrap();
-
-    // The same run with another client waiting (subscribed) when it ends: the next local
-    // contender pauses so that client can go first.
-    let other = common::client(&server).await;
-    let waiter = other.lock("handoff:alone").wait(Duration::from_secs(30));
-    // Yields the waiter's task handle, awaited once the run has ended.
-    #[allow(clippy::async_yields_async)]
-    let subscribed = async {
-        let waiting = tokio::spawn(async move { waiter.acquire().await?.release().await });
-        common::eventually(
-            Duration::from_secs(5),
-            "the other client subscribed",
-            || {
-                let url = server.url();
-                let channel = lock.channel().to_owned();
-                async move {
-                    let n: Vec<(String, i64)> = dlock::redis::cmd("PUBSUB")
-                        .arg("NUMSUB")
-                        .arg(&channel)
-                        .query_async(&mut common::raw(&url).await)
-                        .await
-                        .unwrap();
-                    n[0].1 > 0
-                }
-            },
-        )
-        .await;
-        waiting
-    };
-    let (third, waiting) = run_to_the_limit(&lock, subscribed).await;
-    assert_eq!(pauses(&logs), 1, "no pause for the waiting client");
-    third.release().await.unwrap();
-    waiting
-        .await
-        .unwrap()
-        .expect("the other client got its turn");
 }

@@ -107,6 +107,7 @@ async fn an_acquire_dropped_after_its_request_reached_redis_is_released_not_left
     // Load the scripts first: a paused EVALSHA that met NOSCRIPT would never run at all.
     lock.acquire().await.unwrap().release().await.unwrap();
     let grants = count_grants(&server.url(), lock.key()).await;
+    let calls = common::script_calls(&mut admin).await;
 
     for round in 0..ROUNDS {
         redis_cmd(&mut admin, &["CLIENT", "PAUSE", "10000", "WRITE"]).await;
@@ -129,6 +130,15 @@ async fn an_acquire_dropped_after_its_request_reached_redis_is_released_not_left
     }
     // Every round really was granted (and so really had to be cleaned up).
     assert_eq!(grants.finish().await, ROUNDS);
+    // With one script call each way: the acquire and its undo. An undo whose answer the
+    // clean-up failed to read would be sent again 100 ms later on another connection: time is
+    // the subject here, so wait five times that for any repeat to show.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        common::script_calls(&mut admin).await - calls,
+        2 * ROUNDS,
+        "script calls of {ROUNDS} cancelled acquires and their clean-ups"
+    );
     assert!(common::lock_keys(&mut admin).await.is_empty());
 }
 

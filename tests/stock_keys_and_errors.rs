@@ -151,7 +151,10 @@ async fn redis_down_gives_an_error_naming_the_item_and_the_url() {
             msg.contains("of item `sku:down`") && msg.contains(&server.url()),
             "{msg}"
         );
-        assert!(!msg.contains("lock"), "a stock item is not a lock: {msg}");
+        assert!(
+            !msg.contains("of lock"),
+            "a stock item is not a lock: {msg}"
+        );
     }
 }
 

@@ -153,10 +153,13 @@ impl LockClientBuilder {
     /// renews on without a gap). After `limit` consecutive handoffs (default 32, at most 1023),
     /// or once the process has kept the lock for the [`local_handoff_window`] (default 10 ms),
     /// the release goes to Redis and the next local task lets a waiter of another process
-    /// ask first, so processes take turns. That pause (about 1 ms, tokio's timer tick) is
-    /// skipped when the release's message reached no subscriber, i.e. nobody else waits; on a
-    /// Redis Cluster, where PUBLISH counts one node's subscribers, it is always taken. `0`
-    /// turns handoff off: every release goes to Redis.
+    /// ask first, so processes take turns. That pause (twice the release's round trip, 0.2 to
+    /// 20 ms, rounded up to tokio's 1 ms timer tick) is skipped when the release's message
+    /// reached no subscriber: no other client was subscribed to the lock, so none was parked
+    /// waiting for it (one that is between a try and its subscription is not counted, and gets
+    /// its turn at the next bound). On a Redis Cluster, where PUBLISH counts one node's
+    /// subscribers, the pause is always taken. `0` turns handoff off: every release goes to
+    /// Redis.
     /// Applies to the plain lock (also inside multi-locks and the stock helper's segments).
     ///
     /// [`local_handoff_window`]: LockClientBuilder::local_handoff_window

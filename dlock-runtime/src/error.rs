@@ -56,7 +56,8 @@ pub enum LockError {
     /// Redis could not be reached or answered with an error.
     #[error("redis at {url} failed during {op}{}: {source}", of_subject(.name, .op))]
     Redis {
-        /// The lock's name (empty for client-level operations).
+        /// The lock's name, or the stock item's or fenced key's for their operations (empty for
+        /// client-level operations).
         name: String,
         /// What dlock was doing: "acquire", "release", "renew", ...
         op: &'static str,
@@ -94,7 +95,7 @@ pub enum LockError {
     /// A bad argument: zero TTL, empty name, a prefix with braces, ...
     #[error("invalid argument{}: {reason}", for_subject(.name))]
     InvalidArgument {
-        /// The lock's name (empty for client-level settings).
+        /// The lock's (semaphore's, stock item's) name; empty for client-level settings.
         name: String,
         /// What is wrong and how to fix it.
         reason: String,

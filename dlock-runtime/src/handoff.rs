@@ -13,7 +13,8 @@
 //! `local_handoff_window`, the release goes to Redis, and the next local contender lets a
 //! waiter of another process go first (see `courtesy`). It does so only if the release's
 //! message reached a subscriber: when nobody else was listening (one server or Sentinel,
-//! where PUBLISH counts every subscriber) the pause would only idle the lock. A waiter that
+//! where PUBLISH counts the subscribers of the primary every client subscribes to) the pause
+//! would only idle the lock. A waiter that
 //! is between a failed try and its subscription is not counted; it still gets its turn at the
 //! next bound, since the run is then in Redis's hands like any other holder's.
 //!

@@ -59,18 +59,20 @@ impl Drop for Orphan {
         // On the client's thread, so a future dropped anywhere (a plain thread, a runtime
         // shutting down) is still cleaned up.
         self.shared.bg.spawn(async move {
-            let first = undo.invoke_async::<i64>(&mut conn).await;
+            // Read as a bare value: releases answer a count or `{0, listeners}`, and only a
+            // failure to get an answer at all may be retried.
+            let first = undo.invoke_async::<redis::Value>(&mut conn).await;
             // The acquire's connection may be gone with its runtime, or broken: try once more
             // on the client's own connection. Owner-conditional, so it is safe to repeat.
             let result = match first {
                 Err(e) if !matches!(e.kind(), redis::ErrorKind::Server(_)) => {
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    undo.invoke_async::<i64>(&mut fallback).await
+                    undo.invoke_async::<redis::Value>(&mut fallback).await
                 }
                 other => other,
             };
             match result {
-                Ok(r) => tracing::debug!(%key, result = r, "dlock: cleaned up after a cancelled acquire"),
+                Ok(r) => tracing::debug!(%key, result = ?r, "dlock: cleaned up after a cancelled acquire"),
                 Err(e) => tracing::warn!(%key, error = %e, "dlock: clean-up of a cancelled acquire failed; a possible hold expires with its TTL"),
             }
         });

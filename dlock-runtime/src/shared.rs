@@ -33,7 +33,9 @@ pub(crate) struct Shared {
     /// Bounds on passing a lock between tasks of this client without Redis.
     pub(crate) handoff: crate::handoff::Bounds,
     /// Whether PUBLISH's reply counts every subscriber of the deployment. On a cluster it
-    /// counts only the node's own (the message reaches the others over the cluster bus).
+    /// counts only the node's own (the message reaches the others over the cluster bus). On
+    /// Sentinel it counts the primary's, which is where every client subscribes once it has
+    /// followed a failover.
     pub(crate) publish_counts_all: bool,
     /// The client's own thread: connections, watchdog, subscriber, background releases.
     /// Declared last so it is dropped after everything that spawns onto it.

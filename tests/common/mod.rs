@@ -169,3 +169,39 @@ pub async fn yield_times(n: u64) {
         tokio::task::yield_now().await;
     }
 }
+
+/// Script calls Redis has run so far (EVALSHA, and EVAL after a script cache miss).
+pub async fn script_calls(conn: &mut MultiplexedConnection) -> u64 {
+    let stats: String = dlock::redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO commandstats");
+    stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// An acquire in progress, boxed so a test can poll it by hand.
+pub type Acquiring =
+    std::pin::Pin<Box<dyn Future<Output = Result<dlock::LockGuard, dlock::LockError>> + Send>>;
+
+/// An acquire polled once, so it has queued at the client's gate behind the holder.
+pub async fn queued(lock: &dlock::Lock) -> Acquiring {
+    let lock = lock.clone();
+    let mut fut: Acquiring = Box::pin(async move { lock.acquire().await });
+    assert!(
+        futures_util::poll!(fut.as_mut()).is_pending(),
+        "the acquire did not queue behind the holder"
+    );
+    fut
+}
