@@ -69,13 +69,14 @@ async fn until_subscribe_is_held(proxy: &Proxy) {
     .await;
 }
 
-/// Waits until Redis counts a subscriber of `channel`: a waiter is parked on a subscription
-/// that really reached Redis.
-async fn until_subscribed(server: &dlock::testing::RedisServer, channel: &str) {
+/// Waits until the waiter started after `scripts_before` script calls is parked: subscribed in
+/// Redis and refused by its first try (one more script call). A release before that try would
+/// simply let the try win, and the test would prove nothing about waking a parked waiter.
+async fn until_parked(server: &dlock::testing::RedisServer, channel: &str, scripts_before: u64) {
     let conn = common::raw(&server.url()).await;
     common::eventually(
         Duration::from_secs(10),
-        "waiter subscribed in Redis",
+        "waiter subscribed in Redis and refused once",
         || {
             let mut conn = conn.clone();
             async move {
@@ -85,11 +86,16 @@ async fn until_subscribed(server: &dlock::testing::RedisServer, channel: &str) {
                     .query_async(&mut conn)
                     .await
                     .unwrap();
-                subs >= 1
+                subs >= 1 && common::script_calls(&mut conn).await > scripts_before
             }
         },
     )
     .await;
+}
+
+/// Script calls Redis has run so far, read before starting a waiter (see `until_parked`).
+async fn scripts_so_far(server: &dlock::testing::RedisServer) -> u64 {
+    common::script_calls(&mut common::raw(&server.url()).await).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,8 +131,9 @@ async fn a_waiter_whose_subscriber_is_frozen_acquires_and_the_client_recovers() 
     // message, long before the 20 s lease (and the 15 s wait) could.
     let lock = holder.lock("nat").lease(Duration::from_secs(20));
     let guard = lock.acquire().await.unwrap();
+    let before = scripts_so_far(&server).await;
     let waiter = spawn_acquire(&waiting, "nat", Duration::from_secs(15));
-    until_subscribed(&server, lock.channel()).await;
+    until_parked(&server, lock.channel(), before).await;
     assert!(
         proxy.accepted() > OPENED,
         "the subscriber was not replaced: {} connections accepted",
@@ -221,8 +228,9 @@ async fn a_parked_waiter_is_woken_when_its_subscriber_goes_silent() {
     let waiting = client_through(&proxy).await;
     let lock = holder.lock("quiet").lease(Duration::from_secs(20));
     let guard = lock.acquire().await.unwrap();
+    let before = scripts_so_far(&server).await;
     let waiter = spawn_acquire(&waiting, "quiet", Duration::from_secs(15));
-    until_subscribed(&server, lock.channel()).await;
+    until_parked(&server, lock.channel(), before).await;
 
     // The subscription is live in Redis; now the path goes silent and the release message is
     // swallowed. Only the health check can notice: it replaces the connection and wakes the
