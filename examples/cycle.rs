@@ -22,8 +22,8 @@ use dlock::redis::{self, aio::MultiplexedConnection, Script};
 use dlock::LockClient;
 use support::{percentile, ping_rtt, redis_url};
 
-const ACQUIRE: &str = include_str!("../dlock-runtime/src/scripts/lock/acquire.lua");
-const RELEASE: &str = include_str!("../dlock-runtime/src/scripts/lock/release.lua");
+const ACQUIRE: &str = include_str!("../dlock-runtime/lua/lock/acquire.lua");
+const RELEASE: &str = include_str!("../dlock-runtime/lua/lock/release.lua");
 
 /// A lock with nothing but an owner and an expiry.
 const MINIMAL_ACQUIRE: &str = "if redis.call('EXISTS', KEYS[1]) == 0 then \

@@ -2,7 +2,7 @@
 //! downgrade and upgrade, reentrancy, each reader's own lease, who wakes whom, tokens, bad
 //! input and cancellation, against a real redis-server per test.
 //!
-//! Redis side (see `dlock-runtime/src/scripts/rw/`): the hash `dlock:{name}:rw` (`mode`,
+//! Redis side (see `dlock-runtime/lua/rw/`): the hash `dlock:{name}:rw` (`mode`,
 //! `w:<owner>` / `r:<owner>` hold counts), the zset `dlock:{name}:rw:readers` (reader ->
 //! deadline in server ms), `dlock:{name}:rw:wwait` (a waiting writer's claim, 2 s, refreshed at
 //! least every 1 s while it waits) and the channel `dlock:{name}:rw:chan`.

@@ -9,6 +9,8 @@ use proc_macro2::{Span, TokenStream, TokenTree};
 use syn::parse::{Parse, ParseStream};
 use syn::{Expr, LitStr, Path, Token};
 
+use crate::diagnostics::{closest, Errors};
+
 mod kw {
     syn::custom_keyword!(key);
     syn::custom_keyword!(ttl);
@@ -174,10 +176,9 @@ impl Args {
                                 "; an exclusive lock is the default: leave `kind` out (or write \
                                  `kind = \"write\"` to exclude the readers of a read-write lock)",
                             );
-                        } else if let Some(best) = crate::key::closest(
-                            other,
-                            ["reentrant", "read", "write", "fair"].into_iter(),
-                        ) {
+                        } else if let Some(best) =
+                            closest(other, ["reentrant", "read", "write", "fair"].into_iter())
+                        {
                             msg.push_str(&format!("; did you mean `kind = \"{best}\"`?"));
                         }
                         errors.push(syn::Error::new(lit.span(), msg));
@@ -442,23 +443,6 @@ fn permits_value(expr: &Expr) -> syn::Result<u32> {
     }
 }
 
-/// Several errors reported as one `syn::Error`.
-#[derive(Default)]
-pub(crate) struct Errors(Option<syn::Error>);
-
-impl Errors {
-    pub(crate) fn push(&mut self, err: syn::Error) {
-        match &mut self.0 {
-            Some(all) => all.combine(err),
-            None => self.0 = Some(err),
-        }
-    }
-
-    pub(crate) fn finish(self) -> syn::Result<()> {
-        self.0.map_or(Ok(()), Err)
-    }
-}
-
 fn set<T>(slot: &mut Option<T>, value: T, name: &str, span: Span, errors: &mut Errors) {
     if slot.is_some() {
         errors.push(syn::Error::new(
@@ -705,7 +689,7 @@ fn unknown_option(input: ParseStream, attr: Attr) -> syn::Result<syn::Error> {
         attr.name(),
         listing(attr)
     );
-    if let Some(best) = crate::key::closest(&text, attr.options().iter().copied()) {
+    if let Some(best) = closest(&text, attr.options().iter().copied()) {
         msg.push_str(&format!("; did you mean `{best}`?"));
     }
     // Skip `= value` up to the next top-level comma.
@@ -903,7 +887,7 @@ mod tests {
         let a = parser
             .parse_str(r#"key = "exports", permits = 3, ttl = "5s""#)
             .unwrap();
-        assert!(a.problems.0.is_none());
+        assert!(a.problems.is_empty());
         assert_eq!(a.permits, Some(3));
         let e = err_for("permits = 0", Attr::Semaphore);
         assert!(e.contains("`permits = 0`"), "{e}");

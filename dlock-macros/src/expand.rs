@@ -12,7 +12,8 @@ use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
 use syn::{AttrStyle, GenericArgument, ItemFn, Path, PathArguments, ReturnType, Type};
 
-use crate::args::{Args, Attr, DurationArg, Errors, Kind, OnBusy, FOREVER};
+use crate::args::{Args, Attr, DurationArg, Kind, OnBusy, FOREVER};
+use crate::diagnostics::Errors;
 use crate::key::Template;
 
 /// Parses the attribute and the item and writes the new item.

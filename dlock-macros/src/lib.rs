@@ -8,6 +8,7 @@
 //! parser, one key compiler and one code generator.
 
 mod args;
+mod diagnostics;
 mod expand;
 mod key;
 

@@ -208,52 +208,35 @@
 // stable rustdoc has no `doc(cfg)`, so the crate docs also say it in words.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod background;
-mod builder;
-mod client;
-mod conn;
-mod current;
+// The layers, bottom to top; each imports only the ones above it in this list (ARCHITECTURE.md
+// at the repository root has the rules and the path of one acquire).
+mod backend;
 mod error;
-pub mod fence;
-mod gate;
-mod guard;
-mod handoff;
-mod hold;
-mod kind;
-mod lock;
-mod multi;
-mod names;
-mod orphan;
-mod rwlock;
-mod scope;
-mod scripts;
-mod semaphore;
-mod sentinel;
-mod shared;
-mod slots;
-mod stock;
-mod task_default;
-mod waiters;
-mod watchdog;
+mod handles;
+mod kinds;
+mod machinery;
+mod settings;
 
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
-pub use builder::{LockClientBuilder, DEFAULT_PREFIX, DEFAULT_TTL, DEFAULT_WAIT};
-pub use client::LockClient;
-pub use current::{current_lock, CurrentLock};
+pub use backend::names::{cluster_slot, KeyPart};
 pub use error::LockError;
-pub use guard::LockGuard;
-pub use lock::Lock;
-pub use multi::{MultiGuard, MultiLock};
-pub use names::{cluster_slot, KeyPart};
-pub use rwlock::ReadWriteLock;
-pub use semaphore::{Permit, Semaphore};
-pub use stock::{
+pub use handles::builder::LockClientBuilder;
+pub use handles::client::LockClient;
+pub use handles::current::{current_lock, CurrentLock};
+pub use handles::fence;
+pub use handles::guard::LockGuard;
+pub use handles::lock::Lock;
+pub use handles::multi::{MultiGuard, MultiLock};
+pub use handles::rwlock::ReadWriteLock;
+pub use handles::semaphore::{Permit, Semaphore};
+pub use handles::stock::{
     Audit, Init, Part, SegmentAudit, SegmentHold, SegmentLocks, SegmentedStock, Take,
     DEFAULT_DRAINED_FOR, MAX_ORDER_ID_LEN, MAX_SEGMENTS, MAX_UNITS,
 };
+pub use settings::{DEFAULT_PREFIX, DEFAULT_TTL, DEFAULT_WAIT};
 
 /// The redis-rs version dlock is built on, so your code can match it.
 pub use redis;

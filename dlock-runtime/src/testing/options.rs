@@ -5,10 +5,9 @@ use std::io;
 use std::path::Path;
 
 use super::bins::RedisVersion;
-use super::server::RedisServer;
 use super::tls::TlsFiles;
 
-/// What a server keeps on disk, i.e. what [`RedisServer::restart`] finds again.
+/// What a server keeps on disk, i.e. what [`RedisServer::restart`](super::RedisServer::restart) finds again.
 ///
 /// Automatic snapshots (`save` points) are always off: a test decides exactly what is on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -26,7 +25,7 @@ pub enum Persistence {
     Aof,
 }
 
-/// Options for [`RedisServer`]; [`RedisServer::builder`] makes one.
+/// Options for [`RedisServer`](super::RedisServer); [`RedisServer::builder`](super::RedisServer::builder) makes one.
 ///
 /// ```no_run
 /// use dlock_runtime::testing::{Persistence, RedisServer};
@@ -76,7 +75,7 @@ impl RedisServerBuilder {
         self
     }
 
-    /// What the server keeps on disk for [`RedisServer::restart`]; default
+    /// What the server keeps on disk for [`RedisServer::restart`](super::RedisServer::restart); default
     /// [`Persistence::None`].
     pub fn persistence(mut self, persistence: Persistence) -> Self {
         self.persistence = persistence;
@@ -85,22 +84,22 @@ impl RedisServerBuilder {
 
     /// Serve TLS only: certificates are generated at start with the `openssl` tool, the server
     /// listens with `--tls-port` (plain port 0) and does not ask clients for certificates.
-    /// [`RedisServer::url`] is then `rediss://...` and [`RedisServer::ca_cert_path`] is set.
+    /// [`RedisServer::url`](super::RedisServer::url) is then `rediss://...` and [`RedisServer::ca_cert_path`](super::RedisServer::ca_cert_path) is set.
     pub fn tls(mut self) -> Self {
         self.tls = true;
         self
     }
 
     /// Adds an ACL user allowed everything (`on >password ~* &* +@all`), for
-    /// `redis://user:password@...` URLs ([`RedisServer::url_as`]). The `default` user stays as
+    /// `redis://user:password@...` URLs ([`RedisServer::url_as`](super::RedisServer::url_as)). The `default` user stays as
     /// it is (no password), so the harness and other clients keep working.
     pub fn user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
         self.users.push((name.into(), password.into()));
         self
     }
 
-    /// Starts the server on a free loopback port and waits until it is ready.
-    pub fn start(self) -> io::Result<RedisServer> {
+    /// Refuses ACL users redis-server would reject (or misread) before anything starts.
+    pub(super) fn check_users(&self) -> io::Result<()> {
         for (name, password) in &self.users {
             if name.is_empty() || name.contains(char::is_whitespace) || password.is_empty() {
                 return Err(io::Error::new(
@@ -109,7 +108,7 @@ impl RedisServerBuilder {
                 ));
             }
         }
-        RedisServer::launch(self)
+        Ok(())
     }
 
     /// A cluster node or a sentinel instead of a plain server.

@@ -347,6 +347,15 @@ fn percent_encode(text: &str) -> String {
     out
 }
 
+// Here rather than in `options.rs`, which describes a server without knowing how one runs.
+impl RedisServerBuilder {
+    /// Starts the server on a free loopback port and waits until it is ready.
+    pub fn start(self) -> io::Result<RedisServer> {
+        self.check_users()?;
+        RedisServer::launch(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

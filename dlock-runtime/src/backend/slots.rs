@@ -1,0 +1,145 @@
+//! Which cluster node serves which slot, so the watchdog can renew in one call per node.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::Value;
+
+use crate::backend::names::cluster_slot;
+
+/// How long a slot map is trusted without a failure saying otherwise. A failover moves slots
+/// within seconds; a renewal sent to the old node fails, invalidates the map and is retried.
+const MAX_AGE: Duration = Duration::from_secs(5);
+
+/// A node's address, as the cluster announces it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct NodeAddr {
+    host: String,
+    port: u16,
+}
+
+impl NodeAddr {
+    pub(crate) fn routing(&self) -> RoutingInfo {
+        RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+            host: self.host.clone(),
+            port: self.port,
+        })
+    }
+}
+
+impl std::fmt::Display for NodeAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// First slot, last slot, the master serving them.
+type Ranges = Vec<(u16, u16, NodeAddr)>;
+
+/// Slot ranges -> master, fetched with `CLUSTER SLOTS` and cached.
+#[derive(Default)]
+pub(crate) struct SlotMap {
+    cached: Mutex<Option<(Ranges, Instant)>>,
+}
+
+impl SlotMap {
+    pub(crate) fn invalidate(&self) {
+        *self.cached.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// `keys` by index, grouped by the master serving them. Without a slot map (the fetch
+    /// failed), one group per slot, sent the usual way: correct, just more calls.
+    pub(crate) async fn group(
+        &self,
+        conn: &mut ClusterConnection,
+        keys: &[&str],
+    ) -> Vec<(Option<NodeAddr>, Vec<usize>)> {
+        let Some(ranges) = self.ranges(conn).await else {
+            return by_slot(keys);
+        };
+        let mut groups: BTreeMap<Option<NodeAddr>, Vec<usize>> = BTreeMap::new();
+        for (i, key) in keys.iter().enumerate() {
+            let slot = cluster_slot(key);
+            let node = ranges
+                .iter()
+                .find(|(lo, hi, _)| (*lo..=*hi).contains(&slot))
+                .map(|(_, _, n)| n.clone());
+            match node {
+                Some(n) => groups.entry(Some(n)).or_default().push(i),
+                // A slot nobody serves right now: leave it to per-slot routing and retries.
+                None => return by_slot(keys),
+            }
+        }
+        groups.into_iter().collect()
+    }
+
+    async fn ranges(&self, conn: &mut ClusterConnection) -> Option<Ranges> {
+        if let Some((ranges, at)) = &*self.cached.lock().unwrap_or_else(|e| e.into_inner()) {
+            if at.elapsed() < MAX_AGE {
+                return Some(ranges.clone());
+            }
+        }
+        let reply = conn
+            .route_command(
+                redis::cmd("CLUSTER").arg("SLOTS").clone(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+            )
+            .await;
+        let ranges = match reply.map(|v| parse_slots(&v)) {
+            Ok(Some(ranges)) => ranges,
+            Ok(None) | Err(_) => return None,
+        };
+        *self.cached.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((ranges.clone(), Instant::now()));
+        Some(ranges)
+    }
+}
+
+/// `keys` by index, one group per slot, each sent the usual way (routed by its key).
+pub(crate) fn by_slot(keys: &[&str]) -> Vec<(Option<NodeAddr>, Vec<usize>)> {
+    let mut slots: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+    for (i, key) in keys.iter().enumerate() {
+        slots.entry(cluster_slot(key)).or_default().push(i);
+    }
+    slots.into_values().map(|idx| (None, idx)).collect()
+}
+
+/// `CLUSTER SLOTS`: `[[start, end, [host, port, id, ...], replicas...], ...]`.
+fn parse_slots(v: &Value) -> Option<Ranges> {
+    let Value::Array(entries) = v else {
+        return None;
+    };
+    entries
+        .iter()
+        .map(|entry| {
+            let Value::Array(parts) = entry else {
+                return None;
+            };
+            let (lo, hi) = (int(parts.first()?)?, int(parts.get(1)?)?);
+            let Value::Array(master) = parts.get(2)? else {
+                return None;
+            };
+            let host = text(master.first()?)?;
+            let port = int(master.get(1)?)?;
+            Some((lo, hi, NodeAddr { host, port }))
+        })
+        .collect()
+}
+
+fn int(v: &Value) -> Option<u16> {
+    match v {
+        Value::Int(n) => u16::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}

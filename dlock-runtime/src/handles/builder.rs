@@ -1,0 +1,208 @@
+//! `LockClientBuilder`: fills the client's `Settings`, and the constructors that start one.
+
+use std::time::Duration;
+
+use crate::error::LockError;
+use crate::handles::client::LockClient;
+use crate::machinery::shared::Shared;
+use crate::settings::{Settings, Target};
+
+/// Builds a [`LockClient`]; start with [`LockClient::builder`] (one server) or
+/// [`LockClient::cluster_builder`] (a Redis Cluster).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), dlock_runtime::LockError> {
+/// use std::time::Duration;
+/// let client = dlock_runtime::LockClient::builder("redis://127.0.0.1:6379")
+///     .connections(2)
+///     .default_ttl(Duration::from_secs(10))
+///     .key_prefix("myapp:lock:")
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+#[must_use]
+pub struct LockClientBuilder {
+    settings: Settings,
+}
+
+impl LockClientBuilder {
+    fn new(target: Target) -> Self {
+        LockClientBuilder {
+            settings: Settings::new(target),
+        }
+    }
+
+    /// Command connections (multiplexed, auto-reconnecting), used round-robin; default 1. The
+    /// client opens this many plus one pub/sub connection shared by all waiters, whatever the
+    /// number of waiters or held locks, plus (when built on a multi-thread runtime, which then
+    /// drives the command connections) one connection its own thread drives for renewals and
+    /// clean-ups. A cluster client opens one multiplexed connection per node instead.
+    pub fn connections(mut self, n: usize) -> Self {
+        self.settings.connections = n;
+        self
+    }
+
+    /// The lease of locks that do not set `.ttl()`; the watchdog renews it every third.
+    pub fn default_ttl(mut self, ttl: Duration) -> Self {
+        self.settings.default_ttl = ttl;
+        self
+    }
+
+    /// How long `acquire` waits when the lock does not set `.wait()`. `Duration::MAX` waits as
+    /// long as it takes.
+    pub fn default_wait(mut self, wait: Duration) -> Self {
+        self.settings.default_wait = wait;
+        self
+    }
+
+    /// Prefix of every key and channel (default `dlock:`). Must not contain `{` or `}`: the
+    /// lock name is the cluster hash tag.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.settings.prefix = prefix.into();
+        self
+    }
+
+    /// How long one Redis reply may take before the command counts as failed (default 5 s; at
+    /// most a day). An acquire attempt is bounded by the rest of its `wait` instead (at least
+    /// 250 ms), and one whose reply times out is treated as cancelled: its possible hold is
+    /// released.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.response_timeout = timeout;
+        self
+    }
+
+    /// How long opening a connection may take (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.connect_timeout = timeout;
+        self
+    }
+
+    /// How long Redis remembers the result of each release so a retried release is not applied
+    /// twice (default 30 s; at most a day). Releases are retried only within half of it.
+    pub fn release_latch(mut self, ttl: Duration) -> Self {
+        self.settings.latch_ttl = ttl;
+        self
+    }
+
+    /// Local handoff: when a task releases a lock that another task of this client is queued
+    /// for, the hold goes straight to that task, without a release and an acquire in Redis
+    /// (the next holder is still another owner, with a larger fencing token, and the watchdog
+    /// renews on without a gap). After `limit` consecutive handoffs (default 32, at most 1023),
+    /// or once the process has kept the lock for the [`local_handoff_window`] (default 10 ms),
+    /// the release goes to Redis and the next local task lets a waiter of another process
+    /// ask first, so processes take turns. That pause (twice the release's round trip, 0.2 to
+    /// 20 ms, rounded up to tokio's 1 ms timer tick) is skipped when the release's message
+    /// reached no subscriber: no other client was subscribed to the lock, so none was parked
+    /// waiting for it (one that is between a try and its subscription is not counted, and gets
+    /// its turn at the next bound). On a Redis Cluster, where PUBLISH counts one node's
+    /// subscribers, the pause is always taken. `0` turns handoff off: every release goes to
+    /// Redis.
+    /// Applies to the plain lock (also inside multi-locks and the stock helper's segments).
+    ///
+    /// [`local_handoff_window`]: LockClientBuilder::local_handoff_window
+    pub fn local_handoffs(mut self, limit: u32) -> Self {
+        self.settings.handoff.limit = limit;
+        self
+    }
+
+    /// How long after taking a lock in Redis this process may keep handing it between its own
+    /// tasks (see [`local_handoffs`](LockClientBuilder::local_handoffs)); default 10 ms.
+    pub fn local_handoff_window(mut self, window: Duration) -> Self {
+        self.settings.handoff.window = window;
+        self
+    }
+
+    /// Trusts these PEM root certificates (a private CA, a self-signed server) for `rediss://`
+    /// connections instead of the system's trust store. Applies to every node of a cluster.
+    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.settings.tls_root = Some(pem.into());
+        self
+    }
+
+    /// The ACL user (or `None` for the default user) and password of a sentinel-managed
+    /// primary and its replicas; sentinels' own credentials go in their URLs. Ignored for other
+    /// deployments, whose URLs carry them.
+    pub fn master_auth(mut self, username: Option<&str>, password: &str) -> Self {
+        self.settings.master_auth = (username.map(str::to_owned), Some(password.to_owned()));
+        self
+    }
+
+    /// Checks the settings, connects, and starts the watchdog and the waiter subscriber.
+    pub async fn build(self) -> Result<LockClient, LockError> {
+        self.settings.validate()?;
+        Shared::connect(self.settings)
+            .await
+            .map(|shared| LockClient { shared })
+    }
+}
+
+impl std::fmt::Debug for LockClientBuilder {
+    // The settings redact every URL's password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.settings.fmt(f)
+    }
+}
+
+impl LockClient {
+    /// Connects with default settings. `url` is a redis-rs URL (`redis://host:port/db`).
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        Self::builder(url).build().await
+    }
+
+    /// Starts a builder for a client of one Redis server (`redis://host:port/db`,
+    /// `redis://user:password@host:port`; `rediss://` for TLS).
+    pub fn builder(url: impl Into<String>) -> LockClientBuilder {
+        LockClientBuilder::new(Target::Single(url.into()))
+    }
+
+    /// Starts a builder for a client of a Redis Cluster, found through `nodes` (seed node URLs,
+    /// `redis://host:port`; any reachable master or replica will do, the rest is discovered).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), dlock_runtime::LockError> {
+    /// let client = dlock_runtime::LockClient::cluster_builder([
+    ///     "redis://10.0.0.1:6379",
+    ///     "redis://10.0.0.2:6379",
+    /// ])
+    /// .build()
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster_builder<I, S>(nodes: I) -> LockClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        LockClientBuilder::new(Target::Cluster(nodes.into_iter().map(Into::into).collect()))
+    }
+
+    /// Starts a builder for a client of the primary that Redis Sentinel manages under
+    /// `master_name`, found through `sentinels` (sentinel URLs, `redis://host:26379`). The
+    /// client follows failovers: it asks the sentinels again when a command fails the way a
+    /// failover makes it fail, and switches to the new primary. Credentials of the primary go
+    /// in [`LockClientBuilder::master_auth`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), dlock_runtime::LockError> {
+    /// let client = dlock_runtime::LockClient::sentinel_builder(
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "mymaster",
+    /// )
+    /// .master_auth(Some("locks"), "secret")
+    /// .build()
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sentinel_builder<I, S>(sentinels: I, master_name: impl Into<String>) -> LockClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        LockClientBuilder::new(Target::Sentinel {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            master: master_name.into(),
+        })
+    }
+}

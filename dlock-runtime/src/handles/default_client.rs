@@ -1,0 +1,69 @@
+//! The default client: installed for the process, or given to one future (a test, a request,
+//! a tenant's job).
+//!
+//! `install()` is process-wide: parallel tests in one binary that each install their own
+//! client replace each other's, and a call then locks on the wrong server. A task-local
+//! default, consulted first by [`LockClient::global`], lets each of them have its own.
+
+use std::future::Future;
+use std::sync::RwLock;
+
+use crate::error::LockError;
+use crate::handles::client::LockClient;
+
+tokio::task_local! {
+    static TASK_DEFAULT: LockClient;
+}
+
+static GLOBAL: RwLock<Option<LockClient>> = RwLock::new(None);
+
+impl LockClient {
+    /// Makes this client the process default, returned by [`LockClient::global`] and used by
+    /// `#[distributed_lock]` without `client = ...`. Returns the client it replaces, if any.
+    pub fn install(self) -> Option<LockClient> {
+        let mut slot = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
+        slot.replace(self)
+    }
+
+    /// The default client: the one given to the running future with
+    /// [`LockClient::with_default`], else the one installed with [`LockClient::install`], else
+    /// [`LockError::NotConfigured`].
+    pub fn global() -> Result<LockClient, LockError> {
+        if let Some(client) = task_default() {
+            return Ok(client);
+        }
+        let slot = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+        slot.clone().ok_or(LockError::NotConfigured)
+    }
+
+    /// Runs `fut` with this client as its default: inside it (at any depth of calls and
+    /// `.await`s), [`LockClient::global`] and `#[distributed_lock]` without `client = ...` use
+    /// this client, before any client installed with [`LockClient::install`]. Nested calls
+    /// override it for their own future. Tasks spawned from `fut` do not inherit it (task
+    /// locals are per task): pass the client, or wrap the spawned future too.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), dlock_runtime::LockError> {
+    /// use dlock_runtime::LockClient;
+    ///
+    /// // Two tests of one binary, run in parallel, each on its own server: no cross-talk.
+    /// let client = LockClient::connect("redis://127.0.0.1:6390").await?;
+    /// client
+    ///     .clone()
+    ///     .with_default(async {
+    ///         let same = LockClient::global()?; // this test's client, whatever is installed
+    ///         assert_eq!(same.client_id(), client.client_id());
+    ///         Ok::<_, dlock_runtime::LockError>(())
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_default<F: Future>(self, fut: F) -> impl Future<Output = F::Output> {
+        TASK_DEFAULT.scope(self, fut)
+    }
+}
+
+/// The default client of the running future, if it was given one.
+fn task_default() -> Option<LockClient> {
+    TASK_DEFAULT.try_with(LockClient::clone).ok()
+}

@@ -1,0 +1,148 @@
+//! `LockGuard`: proof of a hold, released on every way out.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::error::LockError;
+use crate::machinery::hold::Hold;
+use crate::machinery::shared::Shared;
+use crate::machinery::{release, scope};
+
+/// One hold of a lock. Release it with [`LockGuard::release`] to see errors and to know the
+/// lock is free when the call returns; dropping it (panic, `?`, a cancelled future), on any
+/// thread, stops the watchdog at once and releases in the background on the client's thread.
+///
+/// `Send + Sync`, so it can live across `.await` in a `Send` future (axum handlers).
+///
+/// ```no_run
+/// # use dlock_runtime::{LockClient, LockError};
+/// # async fn rebuild_index() {}
+/// # async fn save(_fencing_token: u64) {}
+/// # async fn demo(client: LockClient) -> Result<(), LockError> {
+/// let guard = client.lock("search-index").acquire().await?;
+/// tokio::select! {
+///     // Stop as soon as mutual exclusion is no longer promised.
+///     _ = guard.lost() => return Err(LockError::NotHeld { name: guard.name().to_owned() }),
+///     _ = rebuild_index() => {}
+/// }
+/// // The store refuses tokens lower than the highest it has seen: a paused former holder's
+/// // late write cannot overwrite this one.
+/// save(guard.fencing_token()).await;
+/// guard.release().await // errors if the lock was lost meanwhile
+/// # }
+/// ```
+#[must_use = "dropping the guard releases the lock at once"]
+pub struct LockGuard {
+    shared: Arc<Shared>,
+    hold: Arc<Hold>,
+    released: bool,
+}
+
+impl LockGuard {
+    pub(crate) fn new(shared: Arc<Shared>, hold: Arc<Hold>) -> Self {
+        LockGuard {
+            shared,
+            hold,
+            released: false,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.hold.name
+    }
+
+    /// The fencing token of this hold: it grows with every free -> held transition of the lock,
+    /// so a later holder always has a larger one. Pass it to the resource you protect and make
+    /// it reject writes carrying a smaller token than it has seen; that, not the lease, is what
+    /// keeps a paused or partitioned former holder from doing damage. Re-entries report the
+    /// enclosing hold's token. Tokens count up from the Redis server's time in µs at the moment
+    /// the counter was made; the counter key expires (a day, or twice the lease, after it was
+    /// made) and the next one starts from the clock again, so tokens never go backwards unless
+    /// the Redis server's clock jumps back by more than that lifetime.
+    /// A token is the Redis counter times 1024; a hold handed over locally by the previous
+    /// holder of this client (see [`LockGuard::release`]) has that holder's token plus one, and
+    /// at most 1023 handoffs follow one Redis acquire, so the next acquire in Redis is always
+    /// above them. Tokens fit an SQL `BIGINT` until the year 2255.
+    /// Tokens are only as durable as Redis's data: a failover to a replica that missed the last
+    /// write can repeat one.
+    pub fn fencing_token(&self) -> u64 {
+        self.hold.token.load(Ordering::Acquire)
+    }
+
+    /// How many holds this owner has on the lock (2 inside one re-entry).
+    pub fn hold_count(&self) -> u32 {
+        self.hold.local_holds.load(Ordering::Acquire)
+    }
+
+    /// True once the lock is known to be no longer ours: the watchdog found it gone or taken,
+    /// could not reach Redis before the lease ran out, or a hard lease expired.
+    pub fn is_lost(&self) -> bool {
+        self.hold.is_lost()
+    }
+
+    /// Completes when [`LockGuard::is_lost`] turns true; `select!` it against your work to
+    /// stop as soon as mutual exclusion can no longer be promised.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let hold = self.hold.clone();
+        async move { hold.lost().await }
+    }
+
+    /// Runs `fut` so that acquires of this same lock inside it (at any depth of calls, in
+    /// this task) re-enter this hold instead of waiting for it. Code outside the returned
+    /// future, spawned tasks, and other futures joined beside it are other owners.
+    ///
+    /// Futures run concurrently *inside* the scope (a `join!` of two nested acquires) share
+    /// this hold when they re-enter it: re-entry means "my caller already holds it".
+    pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        scope::with_hold(&self.shared.url, self.hold.clone(), fut)
+    }
+
+    /// Releases this hold and waits for Redis to confirm. With holds left (re-entry) the lock
+    /// stays held and its lease is refreshed; on the last one the lock is deleted and one
+    /// waiter is woken. [`LockError::NotHeld`] if the lock was lost meanwhile: nothing of a new
+    /// holder's is touched.
+    ///
+    /// When another task of this client is queued for the lock, the last hold is instead
+    /// handed to it without a round trip (local handoff; bounded by the client's
+    /// [`local_handoffs`](crate::LockClientBuilder::local_handoffs) settings): this returns at
+    /// once and the lock stays held in Redis, now by that task.
+    ///
+    /// Cancel-safe: if this future is dropped half-way (a caller's timeout), the release is
+    /// finished in the background with the same request id, so it is applied exactly once.
+    pub async fn release(mut self) -> Result<(), LockError> {
+        self.released = true;
+        release::release(&self.shared, &self.hold).await
+    }
+
+    /// [`LockGuard::release`], logging a failure at warn instead of returning it. Used by
+    /// `#[distributed_lock]`, where the body's result matters more: its effects happened.
+    pub async fn release_logged(self) {
+        let name = self.hold.name.clone();
+        if let Err(e) = self.release().await {
+            tracing::warn!(lock = %name, error = %e, "dlock: release failed; the lease expires on its own");
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        // Drop cannot await: stop renewing now, release on the client's thread.
+        release::drop_hold(&self.shared, &self.hold);
+    }
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.hold.name)
+            .field("fencing_token", &self.fencing_token())
+            .field("hold_count", &self.hold_count())
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}

@@ -1,0 +1,641 @@
+//! `Lock`: a handle on one named lock, and the acquire path.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::names::LockKeys;
+use crate::error::LockError;
+use crate::handles::guard::LockGuard;
+use crate::kinds::{Attempt, LockKind, Nested, Plain};
+use crate::machinery::gate::{GatePass, Turn};
+use crate::machinery::hold::Hold;
+use crate::machinery::orphan::{Orphan, Registration};
+use crate::machinery::release::Baton;
+use crate::machinery::scope;
+use crate::machinery::shared::Shared;
+use crate::machinery::waiters::Subscription;
+
+/// A handle on the lock called `name`; made by [`LockClient::lock`](crate::LockClient::lock). Cheap to clone; holds no
+/// lock by itself.
+///
+/// ```no_run
+/// # async fn demo(client: dlock_runtime::LockClient) -> Result<(), dlock_runtime::LockError> {
+/// use std::time::Duration;
+/// let lock = client.lock("order:42").ttl(Duration::from_secs(10)).wait(Duration::from_secs(2));
+/// let guard = lock.acquire().await?;       // waits up to 2 s, then LockError::Timeout
+/// // ... work; the watchdog keeps the 10 s lease alive meanwhile ...
+/// guard.release().await?;                 // or drop it: released in the background
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct Lock {
+    shared: Arc<Shared>,
+    name: String,
+    /// What this handle sends to Redis: the plain lock, one side of a read-write lock, ...
+    kind: Arc<dyn LockKind>,
+    keys: LockKeys,
+    ttl: Option<Duration>,
+    lease: Option<Duration>,
+    wait: Option<Duration>,
+}
+
+impl Lock {
+    pub(crate) fn new(shared: Arc<Shared>, name: String) -> Self {
+        Self::of_kind(shared, name, Arc::new(Plain))
+    }
+
+    /// A handle on the lock `name` of another kind (its keys end in the kind's suffix).
+    pub(crate) fn of_kind(shared: Arc<Shared>, name: String, kind: Arc<dyn LockKind>) -> Self {
+        let keys = LockKeys::new(&shared.prefix, &name, kind.key_suffix());
+        Lock {
+            shared,
+            name,
+            kind,
+            keys,
+            ttl: None,
+            lease: None,
+            wait: None,
+        }
+    }
+
+    /// The lease the watchdog keeps alive while the lock is held (default: the client's
+    /// `default_ttl`, 30 s). If this process dies, the lock frees itself this long after the
+    /// last renewal. Must be at least 1 ms.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// A hard lease instead of a watchdog: the lock expires this long after it was taken,
+    /// whatever the holder is doing. `guard.is_lost()` turns true when it has run out. Exclusive
+    /// with [`Lock::ttl`].
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// How long [`Lock::acquire`] waits for a held lock (default: the client's `default_wait`,
+    /// 10 s). `Duration::ZERO` tries once.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// The lock's name, as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Redis key of the lock hash (`<prefix>{<escaped name>}`).
+    pub fn key(&self) -> &str {
+        &self.keys.key
+    }
+
+    /// The pub/sub channel releases of this lock are published on.
+    pub fn channel(&self) -> &str {
+        &self.keys.channel
+    }
+
+    /// Takes the lock, waiting up to the handle's `wait` for the current holder to release it.
+    ///
+    /// Inside a [`LockGuard::scope`] of a hold of the same lock this re-enters that hold (hold
+    /// count + 1) at once. Cancel-safe: if the future is dropped after the request was sent, a
+    /// hold the server may have granted is released right away, not left to its TTL.
+    pub async fn acquire(&self) -> Result<LockGuard, LockError> {
+        let wait = self.wait.unwrap_or(self.shared.default_wait);
+        self.acquire_within(wait).await
+    }
+
+    /// One attempt: `Ok(None)` when another owner holds the lock (or another task of this
+    /// process is already queued for it).
+    pub async fn try_acquire(&self) -> Result<Option<LockGuard>, LockError> {
+        match self.acquire_within(Duration::ZERO).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(LockError::Timeout { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether anybody holds the lock right now.
+    pub async fn is_locked(&self) -> Result<bool, LockError> {
+        let mut conn = self.shared.conn();
+        redis::cmd("EXISTS")
+            .arg(&self.keys.key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.redis_error("is_locked", e))
+    }
+
+    /// How long the current lease has left; `None` when the lock is free.
+    pub async fn remaining_ttl(&self) -> Result<Option<Duration>, LockError> {
+        let mut conn = self.shared.conn();
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&self.keys.key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.redis_error("remaining_ttl", e))?;
+        Ok(match pttl {
+            -2 => None,
+            // A key without expiry was not written by dlock; it never frees itself.
+            -1 => Some(Duration::MAX),
+            ms => Some(Duration::from_millis(ms.max(0) as u64)),
+        })
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters; `true` if it was held. The
+    /// former holder's guard notices at its next renewal (`is_lost()`), and its release then
+    /// returns [`LockError::NotHeld`] without touching a new holder's lock.
+    pub async fn force_unlock(&self) -> Result<bool, LockError> {
+        self.validate()?;
+        let mut conn = self.shared.conn();
+        let deleted: i64 = self
+            .kind
+            .force_unlock(&self.keys)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.redis_error("force_unlock", e))?;
+        Ok(deleted == 1)
+    }
+
+    fn redis_error(&self, op: &'static str, e: redis::RedisError) -> LockError {
+        self.shared.redis_error(&self.name, &self.keys.key, op, e)
+    }
+
+    fn validate(&self) -> Result<Duration, LockError> {
+        let bad = |reason: &str| Err(LockError::invalid(&self.name, reason));
+        if self.name.is_empty() {
+            return bad("the lock name is empty; an empty name would not be a cluster hash tag");
+        }
+        if self.ttl.is_some() && self.lease.is_some() {
+            return bad("set either ttl (watchdog-renewed) or lease (hard expiry), not both");
+        }
+        let lease = self.lease.or(self.ttl).unwrap_or(self.shared.default_ttl);
+        if lease.as_millis() == 0 {
+            return bad("ttl/lease must be at least 1 ms (Redis leases are whole milliseconds)");
+        }
+        if lease > crate::settings::MAX_LEASE {
+            return bad("ttl/lease longer than 100 years; use a finite lease");
+        }
+        Ok(lease)
+    }
+
+    pub(crate) async fn acquire_within(&self, wait: Duration) -> Result<LockGuard, LockError> {
+        let lease = self.validate()?;
+        let inner = &self.shared;
+        if let Some(parent) = scope::enclosing(&inner.client_id, &self.keys.key) {
+            return match self.kind.nested(&*parent.kind) {
+                Nested::Reenter => self.reenter(parent).await,
+                Nested::SameOwner => self.acquire_as(&parent, lease).await,
+                Nested::Refuse(reason) => Err(LockError::WouldDeadlock {
+                    name: self.name.clone(),
+                    reason: reason.to_owned(),
+                }),
+            };
+        }
+        if let Some(held) =
+            scope::held_through_another_client(&inner.client_id, &inner.url, &self.keys.key)
+        {
+            // The caller holds it through another client: waiting would wait for itself for
+            // the whole `wait`, then blame "another owner".
+            return Err(LockError::SelfDeadlock {
+                name: self.name.clone(),
+                holder: held.client_id.clone(),
+            });
+        }
+        let started = Instant::now();
+        let deadline = far_instant(started, wait);
+        let timeout = || LockError::Timeout {
+            name: self.name.clone(),
+            waited: started.elapsed(),
+        };
+        // A watchdog-renewed hold of a kind that allows it can be handed over by the previous
+        // local holder instead of taken in Redis.
+        let takes_hold = (self.kind.hands_over_locally() && self.lease.is_none()).then_some(lease);
+        let entered = inner.gates.enter(&self.keys.key, takes_hold);
+        let pass = match tokio::time::timeout_at(deadline, entered).await {
+            Err(_) => return Err(timeout()),
+            Ok(Turn::Contend(pass)) => pass,
+            Ok(Turn::Hold(handed)) => match Baton::open(handed).take() {
+                Ok(hold) => {
+                    tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: acquired by local handoff");
+                    return Ok(LockGuard::new(self.shared.clone(), hold));
+                }
+                // Lost on its way: ask Redis like anyone else.
+                Err(pass) => pass,
+            },
+        };
+        if let Some(courtesy) = pass.courtesy {
+            // The last holder ended a run of local handoffs: a waiter of another process,
+            // woken by its release, gets to ask Redis first.
+            tracing::debug!(lock = %self.name, ?courtesy, "dlock: letting another process go first");
+            tokio::time::sleep_until(deadline.min(Instant::now() + courtesy)).await;
+        }
+        // Takes back what refused attempts left in Redis if this acquire ends without the lock:
+        // awaited here on an error, sent from Drop if this future is dropped.
+        let mut give_up = GiveUp::new(&self.shared, self.kind.refusal_leaves_a_trace());
+        let result = self
+            .contend(pass, lease, wait, started, deadline, &mut give_up)
+            .await;
+        if result.is_err() {
+            give_up.send().await;
+        }
+        result
+    }
+
+    /// The acquire loop, once this caller has the client's turn at the key (`pass`).
+    async fn contend(
+        &self,
+        pass: GatePass,
+        lease: Duration,
+        wait: Duration,
+        started: Instant,
+        deadline: Instant,
+        give_up: &mut GiveUp,
+    ) -> Result<LockGuard, LockError> {
+        let inner = &self.shared;
+        let timeout = || LockError::Timeout {
+            name: self.name.clone(),
+            waited: started.elapsed(),
+        };
+        let hard = self.lease.is_some();
+        let new_hold = || {
+            let hold = Arc::new(inner.new_hold(
+                self.name.clone(),
+                self.keys.clone(),
+                lease,
+                hard,
+                self.kind.clone(),
+            ));
+            // Registered before the first request goes out; removed again on any failure or
+            // cancellation by the registration's Drop.
+            let registration = Registration::new(&self.shared, hold.clone(), !hard);
+            (hold, registration)
+        };
+        let (mut hold, mut registration) = new_hold();
+        let mut subscription = None;
+        loop {
+            let sent_at = Instant::now();
+            let bound = self.attempt_bound(sent_at, deadline, wait);
+            let attempt = match tokio::time::timeout_at(bound, self.attempt(&hold, None)).await {
+                Ok(attempt) => attempt?,
+                // Dropping the attempt armed its orphan clean-up: whatever Redis may still
+                // grant is released as soon as it arrives.
+                Err(_) => return Err(self.no_reply(started)),
+            };
+            let pttl = match attempt {
+                Attempt::Acquired { token, .. } => {
+                    let token = token.max(0) as u64;
+                    hold.confirm(sent_at);
+                    if hold.is_lost() {
+                        // The reply came after the lease it granted could be trusted (a paused
+                        // process, a slow link): give it back if still ours, and go on waiting.
+                        // A new owner id for the next attempt, so it cannot re-enter the hold
+                        // being given back.
+                        tracing::warn!(lock = %self.name, late_by = ?sent_at.elapsed(), "dlock: acquire reply arrived after its lease; releasing it");
+                        crate::machinery::release::spawn_release(self.shared.clone(), hold.clone());
+                        (hold, registration) = new_hold();
+                        give_up.forget();
+                        0
+                    } else {
+                        give_up.forget();
+                        let due = sent_at + lease / 3;
+                        return Ok(self.holding(hold, registration, pass, token, due, started));
+                    }
+                }
+                Attempt::Held { pttl } => {
+                    give_up.arm(&hold);
+                    pttl
+                }
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(timeout());
+            }
+            let Some(sub) = &subscription else {
+                // Subscribe first, then retry: a release published in between is then either
+                // seen by the retry or delivered to the subscription. Bounded by the ack
+                // timeout; if the wait ends first, the retry is the last attempt.
+                let channel = self.kind.wait_channel(&hold);
+                subscription = tokio::time::timeout_at(deadline, inner.waiters.subscribe(&channel))
+                    .await
+                    .ok();
+                continue;
+            };
+            // A crashed holder never publishes (nor does a release we cannot hear while the
+            // subscription is unconfirmed): sleep at most until its lease ends. A lease of
+            // unknown length (no TTL) is re-checked every `lease`.
+            // PTTL 0 is a key in its last millisecond (retry right away), -1 one without expiry.
+            let pttl = if pttl >= 0 {
+                Duration::from_millis(pttl.max(1) as u64)
+            } else {
+                lease
+            };
+            tracing::debug!(lock = %self.name, ?pttl, confirmed = sub.confirmed(), "dlock: waiting for release");
+            let _ = tokio::time::timeout_at(deadline.min(now + pttl), sub.released()).await;
+            if let Some(token) = self.grant_heard(sub, &hold, sent_at) {
+                give_up.forget();
+                // Renewed at once: the grant lasts only `grant_lifetime`, not the lease.
+                let due = Instant::now();
+                return Ok(self.holding(hold, registration, pass, token, due, started));
+            }
+        }
+    }
+
+    /// The token of a grant to `hold`'s owner heard on its subscription (kinds whose releases
+    /// hand the lock to a chosen waiter), if it is still valid. Redis made the grant after the
+    /// owner's last attempt (sent at `last_sent`) ran, or that attempt would have found it, so
+    /// the grant's lifetime counts from then, safely early. A hard lease is never taken from a
+    /// message: its next attempt sets its expiry.
+    fn grant_heard(&self, sub: &Subscription, hold: &Hold, last_sent: Instant) -> Option<u64> {
+        let lifetime = self.kind.grant_lifetime()?;
+        if hold.hard {
+            return None;
+        }
+        let token = sub.take_message(|m| self.kind.granted(hold, m))?;
+        hold.confirm_for(last_sent, lifetime.min(hold.lease));
+        // Too late to trust: the next attempt finds the grant (and refreshes it) or not.
+        (!hold.is_lost()).then_some(token)
+    }
+
+    /// Turns a granted hold into a guard: its token, its local turn (exclusive kinds), its
+    /// first renewal due at `due`.
+    fn holding(
+        &self,
+        hold: Arc<Hold>,
+        registration: Registration,
+        pass: GatePass,
+        token: u64,
+        due: Instant,
+        started: Instant,
+    ) -> LockGuard {
+        let token = crate::machinery::release::token_from_redis(token);
+        hold.token.store(token, Ordering::Release);
+        hold.local_holds.store(1, Ordering::Release);
+        if self.kind.keeps_gate() {
+            *hold.gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(pass);
+        }
+        registration.activate(due);
+        tracing::debug!(lock = %self.name, token, waited = ?started.elapsed(), "dlock: acquired");
+        LockGuard::new(self.shared.clone(), hold)
+    }
+
+    /// How long one attempt may wait for Redis's reply: the rest of the wait, but at least
+    /// [`ATTEMPT_GRACE`] (so the last attempt, made when the wait is up, can be answered); a
+    /// try-once (`wait` zero) gets the response timeout.
+    fn attempt_bound(&self, now: Instant, deadline: Instant, wait: Duration) -> Instant {
+        let response_timeout = self.shared.response_timeout;
+        if wait.is_zero() {
+            return now + response_timeout;
+        }
+        deadline.max(now + ATTEMPT_GRACE.min(response_timeout))
+    }
+
+    /// The error for an attempt Redis did not answer within its bound.
+    fn no_reply(&self, started: Instant) -> LockError {
+        let waited = started.elapsed();
+        let io = std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no reply to acquire within the wait ({waited:?}); a grant that arrives later is released"),
+        );
+        // Built directly: a wait that ran out is not a broken connection, so it must not make
+        // the watchdog renew every hold (`Shared::redis_error` would).
+        LockError::Redis {
+            name: self.name.clone(),
+            op: "acquire",
+            url: self.shared.url.clone(),
+            source: redis::RedisError::from(io),
+        }
+    }
+
+    /// Takes this kind's side of the lock for the owner of `parent`, an enclosing hold of the
+    /// sibling kind (a writer taking the read side): one attempt, no queueing at the local gate
+    /// (the enclosing hold has this client's turn). Refused by Redis only if the enclosing hold
+    /// is gone.
+    async fn acquire_as(
+        &self,
+        parent: &Arc<Hold>,
+        lease: Duration,
+    ) -> Result<LockGuard, LockError> {
+        if parent.is_lost() {
+            return Err(LockError::NotHeld {
+                name: self.name.clone(),
+            });
+        }
+        let hard = self.lease.is_some();
+        let hold = Arc::new(
+            self.shared
+                .new_hold(
+                    self.name.clone(),
+                    self.keys.clone(),
+                    lease,
+                    hard,
+                    self.kind.clone(),
+                )
+                .for_owner(&parent.owner),
+        );
+        let registration = Registration::new(&self.shared, hold.clone(), !hard);
+        // Sent like a re-entry, with a marker: if the owner already holds this side (a second
+        // read taken in one write scope), the script adds a hold rather than answering "held
+        // already" (its reply to a re-sent first acquire), and an undo after a cancel finds the
+        // marker whichever way the hold was granted.
+        let marker = format!(
+            "{}reentry:{}",
+            self.keys.latch_prefix,
+            self.shared.unique_id()
+        );
+        let sent_at = Instant::now();
+        let bound = sent_at + self.shared.response_timeout;
+        let attempt = match tokio::time::timeout_at(bound, self.attempt(&hold, Some(&marker))).await
+        {
+            Ok(attempt) => attempt?,
+            Err(_) => return Err(self.no_reply(sent_at)),
+        };
+        let Attempt::Acquired { token, .. } = attempt else {
+            parent.mark_lost("the enclosing hold was gone when its owner asked for the other side");
+            return Err(LockError::NotHeld {
+                name: self.name.clone(),
+            });
+        };
+        hold.confirm(sent_at);
+        // The enclosing hold's token when this side was not a free -> held transition.
+        let token = if token > 0 {
+            crate::machinery::release::token_from_redis(token as u64)
+        } else {
+            parent.token.load(Ordering::Acquire)
+        };
+        hold.token.store(token, Ordering::Release);
+        hold.local_holds.store(1, Ordering::Release);
+        registration.activate(sent_at + lease / 3);
+        Ok(LockGuard::new(self.shared.clone(), hold))
+    }
+
+    /// Re-enters a hold an enclosing scope owns: one more count on the same owner.
+    async fn reenter(&self, parent: Arc<Hold>) -> Result<LockGuard, LockError> {
+        let not_held = || LockError::NotHeld {
+            name: self.name.clone(),
+        };
+        if parent.is_lost() {
+            return Err(not_held());
+        }
+        let marker = format!(
+            "{}reentry:{}",
+            self.keys.latch_prefix,
+            self.shared.unique_id()
+        );
+        // Count only a live hold: a guard released while its scope future lives on has no hold
+        // left to re-enter.
+        if parent
+            .local_holds
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n > 0).then_some(n + 1)
+            })
+            .is_err()
+        {
+            return Err(not_held());
+        }
+        // If this future is dropped mid-request, the local count goes back down with it (the
+        // Orphan undoes the Redis side), so the enclosing release still knows it is the last.
+        let local = LocalHold(&parent, true);
+        let sent_at = Instant::now();
+        let result = self.attempt(&parent, Some(&marker)).await;
+        match result {
+            Ok(Attempt::Acquired { count, .. }) if count > 1 => {
+                local.keep();
+                // A re-entry refreshes a watchdog lease (the script set it again); a hard lease
+                // ends where the first acquire set it (the script left its expiry alone).
+                if !parent.hard {
+                    parent.confirm(sent_at);
+                }
+                Ok(LockGuard::new(self.shared.clone(), parent))
+            }
+            other => {
+                drop(local);
+                match other {
+                    Err(e) => Err(e),
+                    Ok(attempt) => {
+                        // Count 1: the enclosing hold had expired and this call re-created it
+                        // (give that back); "held": someone else has it now. Either way the
+                        // enclosing hold is lost.
+                        if matches!(attempt, Attempt::Acquired { .. }) {
+                            crate::machinery::release::spawn_release(
+                                self.shared.clone(),
+                                parent.clone(),
+                            );
+                        }
+                        parent.mark_lost("re-entry found the enclosing hold gone");
+                        Err(not_held())
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends one acquire script. If this future is dropped after the send, or the reply is
+    /// lost, the `Orphan` undoes what the server may have done, on the same connection so it
+    /// runs after the acquire.
+    async fn attempt(&self, hold: &Hold, reentry: Option<&str>) -> Result<Attempt, LockError> {
+        let mut conn = self.shared.conn();
+        let orphan = Orphan::new(&self.shared, conn.clone(), hold, reentry.map(str::to_owned));
+        let reply: redis::RedisResult<(i64, i64)> = hold
+            .kind
+            .acquire(hold, reentry, self.shared.latch_ttl)
+            .invoke_async(&mut conn)
+            .await;
+        match reply {
+            Ok(reply) => {
+                orphan.disarm();
+                Ok(hold.kind.decode_acquire(reply))
+            }
+            Err(e) => {
+                // A server error means the script did not change anything (scripts check
+                // before they write). A timeout or a dropped connection is ambiguous: the
+                // Orphan (still armed) cleans up.
+                if matches!(e.kind(), redis::ErrorKind::Server(_)) {
+                    orphan.disarm();
+                }
+                Err(self.redis_error("acquire", e))
+            }
+        }
+    }
+}
+
+/// The least time an attempt may wait for Redis's reply, even at the end of the wait: a
+/// healthy Redis answers in well under a millisecond, a busy one (a slow script, a fork) may
+/// take tens of milliseconds, and giving up sooner would only turn a free lock into a timeout.
+const ATTEMPT_GRACE: Duration = Duration::from_millis(250);
+
+/// `start + wait`, where a wait too long to represent (`Duration::MAX`: "as long as it takes")
+/// means a century rather than an overflow panic.
+fn far_instant(start: Instant, wait: Duration) -> Instant {
+    start
+        .checked_add(wait)
+        .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
+/// The release an acquire sends when it ends without the lock after a refusal left a trace of
+/// its owner in Redis (see `LockKind::refusal_leaves_a_trace`). Sent from Drop, on the client's
+/// thread, so a timeout, an error and a cancelled future all send it.
+struct GiveUp {
+    shared: Arc<Shared>,
+    enabled: bool,
+    hold: Option<Arc<Hold>>,
+}
+
+impl GiveUp {
+    fn new(shared: &Arc<Shared>, enabled: bool) -> Self {
+        GiveUp {
+            shared: shared.clone(),
+            enabled,
+            hold: None,
+        }
+    }
+
+    /// Records that `hold`'s owner was refused (and so may have left a trace).
+    fn arm(&mut self, hold: &Arc<Hold>) {
+        if self.enabled {
+            self.hold = Some(hold.clone());
+        }
+    }
+
+    /// Nothing to take back: the owner holds the lock, or its hold is being released anyway.
+    fn forget(&mut self) {
+        self.hold = None;
+    }
+
+    /// Takes the trace back now, so the caller's next step (a reader joining after a writer
+    /// gave up) does not race it; errors are logged, the trace expires on its own.
+    async fn send(&mut self) {
+        if let Some(hold) = self.hold.take() {
+            crate::machinery::release::release_quietly(&self.shared, &hold).await;
+        }
+    }
+}
+
+impl Drop for GiveUp {
+    fn drop(&mut self) {
+        if let Some(hold) = self.hold.take() {
+            crate::machinery::release::spawn_release(self.shared.clone(), hold);
+        }
+    }
+}
+
+/// One local hold count taken for a re-entry in flight; given back on drop unless kept.
+struct LocalHold<'a>(&'a Hold, bool);
+
+impl LocalHold<'_> {
+    fn keep(mut self) {
+        self.1 = false;
+    }
+}
+
+impl Drop for LocalHold<'_> {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0.local_holds.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! The fair lock: the plain lock's hash plus a queue in Redis. A release hands the lock to the
+//! head of the queue and tells that waiter on its client's own channel, so the waiter holds
+//! without another round trip. Queue places are kept alive by their waiting process and judged
+//! stale by the server's clock only (see `lua/fair/`).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use super::plain::Plain;
+use super::seam::{fence_lifetime, flag, millis, Attempt, Claim, LockKind};
+use crate::backend::names::LockKeys;
+use crate::backend::script::{Call, Script};
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../../lua/fair/common.lua"),
+        include_str!("../../lua/fair/acquire.lua")
+    ))
+});
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../../lua/fair/common.lua"),
+        include_str!("../../lua/fair/release.lua")
+    ))
+});
+static UNDO_REENTRY: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../../lua/fair/common.lua"),
+        include_str!("../../lua/fair/undo_reentry.lua")
+    ))
+});
+
+/// How long a queued waiter keeps its place without coming back (it comes back every third
+/// of this), and how long a grant lasts before its new owner renews it to its own lease. So a
+/// waiter whose process died is skipped within this, and a grant to it is freed within this.
+pub(crate) const KEEP_PLACE: Duration = Duration::from_secs(2);
+
+#[derive(Debug)]
+pub(crate) struct Fair;
+
+impl LockKind for Fair {
+    fn id(&self) -> &'static str {
+        "fair"
+    }
+
+    fn key_suffix(&self) -> &'static str {
+        ":fair"
+    }
+
+    /// A place in the queue: an acquire that ends without the lock leaves it.
+    fn refusal_leaves_a_trace(&self) -> bool {
+        true
+    }
+
+    fn renews_per_node(&self) -> bool {
+        true
+    }
+
+    /// Grants come on this client's own channel of the lock, not on the release channel.
+    fn wait_channel(&self, hold: &Claim) -> String {
+        format!("{}:grant:{}", hold.keys.key, hold.client_id)
+    }
+
+    /// A grant message is `<owner> <token>`.
+    fn granted(&self, hold: &Claim, message: &str) -> Option<u64> {
+        let (owner, token) = message.split_once(' ')?;
+        (owner == hold.owner).then(|| token.parse().ok())?
+    }
+
+    fn grant_lifetime(&self) -> Option<Duration> {
+        Some(KEEP_PLACE)
+    }
+
+    fn acquire(&self, hold: &Claim, reentry: Option<&str>, latch_ttl: Duration) -> Call<'static> {
+        let marker = reentry.map_or_else(
+            || format!("{}reentry", hold.keys.latch_prefix),
+            str::to_owned,
+        );
+        let mut call = ACQUIRE.key(&hold.keys.key);
+        call.key(queue(&hold.keys))
+            .key(keep_alive(&hold.keys))
+            .key(&hold.keys.fence)
+            .key(marker)
+            .arg(millis(hold.lease))
+            .arg(&hold.owner)
+            .arg(millis(latch_ttl))
+            .arg(flag(reentry.is_some()))
+            .arg(millis(fence_lifetime(hold.lease)))
+            .arg(flag(hold.hard))
+            .arg(millis(KEEP_PLACE));
+        call
+    }
+
+    fn decode_acquire(&self, reply: (i64, i64)) -> Attempt {
+        Plain.decode_acquire(reply)
+    }
+
+    fn release(&self, hold: &Claim, latch: &str, latch_ttl: Duration) -> Call<'static> {
+        let mut call = RELEASE.key(&hold.keys.key);
+        call.key(queue(&hold.keys))
+            .key(keep_alive(&hold.keys))
+            .key(&hold.keys.fence)
+            .key(&hold.keys.channel)
+            .key(latch)
+            .arg(&hold.owner)
+            .arg(if hold.hard { 0 } else { millis(hold.lease) })
+            .arg(millis(latch_ttl))
+            .arg(millis(KEEP_PLACE))
+            .arg(millis(fence_lifetime(hold.lease)));
+        call
+    }
+
+    fn undo_reentry(&self, hold: &Claim, marker: &str) -> Call<'static> {
+        let mut call = UNDO_REENTRY.key(&hold.keys.key);
+        call.key(queue(&hold.keys))
+            .key(keep_alive(&hold.keys))
+            .key(&hold.keys.fence)
+            .key(&hold.keys.channel)
+            .key(marker)
+            .arg(&hold.owner)
+            .arg(millis(KEEP_PLACE))
+            .arg(millis(fence_lifetime(hold.lease)));
+        call
+    }
+
+    /// The hash is the plain lock's: so is its renewal.
+    fn renew(&self, holds: &[&Claim], cross_slot: bool) -> Call<'static> {
+        Plain.renew(holds, cross_slot)
+    }
+
+    /// Deletes the hash and wakes listeners; the queue's head takes the free lock at its next
+    /// keep-alive (within a third of [`KEEP_PLACE`]).
+    fn force_unlock(&self, keys: &LockKeys) -> Call<'static> {
+        Plain.force_unlock(keys)
+    }
+}
+
+fn queue(keys: &LockKeys) -> String {
+    format!("{}:queue", keys.key)
+}
+
+fn keep_alive(keys: &LockKeys) -> String {
+    format!("{}:alive", keys.key)
+}

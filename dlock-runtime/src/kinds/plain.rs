@@ -1,0 +1,108 @@
+//! The plain reentrant lock: a hash owner -> hold count, its PTTL the lease.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use super::seam::{fence_lifetime, flag, millis, Attempt, Claim, LockKind};
+use crate::backend::names::LockKeys;
+use crate::backend::script::{Call, Script};
+
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/lock/acquire.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/lock/release.lua")));
+static UNDO_REENTRY: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/lock/undo_reentry.lua")));
+static RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/lock/renew.lua")));
+/// The renew script for one cluster node: Redis 7's `allow-cross-slot-keys` flag lets one call
+/// reach keys of many slots as long as this node serves them all (undeclared: see the script),
+/// so a tick costs one call per node instead of one per slot. Servers before 7.0 reject the
+/// flag; the watchdog then falls back to one call per slot.
+static RENEW_NODE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/lock/renew_node.lua")));
+static FORCE_UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/lock/force_unlock.lua")));
+
+/// The plain reentrant lock; it carries no state, its keys are in the hold.
+#[derive(Debug)]
+pub(crate) struct Plain;
+
+impl LockKind for Plain {
+    fn id(&self) -> &'static str {
+        "plain"
+    }
+
+    fn renews_per_node(&self) -> bool {
+        true
+    }
+
+    fn hands_over_locally(&self) -> bool {
+        true
+    }
+
+    fn acquire(&self, hold: &Claim, reentry: Option<&str>, latch_ttl: Duration) -> Call<'static> {
+        let marker = reentry.map_or_else(
+            || format!("{}reentry", hold.keys.latch_prefix),
+            str::to_owned,
+        );
+        let mut call = ACQUIRE.key(&hold.keys.key);
+        call.key(&hold.keys.fence)
+            .key(marker)
+            .arg(millis(hold.lease))
+            .arg(&hold.owner)
+            .arg(millis(latch_ttl))
+            .arg(flag(reentry.is_some()))
+            .arg(millis(fence_lifetime(hold.lease)))
+            // A hard lease ends where the first acquire set it: re-entry leaves it alone.
+            .arg(flag(hold.hard));
+        call
+    }
+
+    fn decode_acquire(&self, (count, x): (i64, i64)) -> Attempt {
+        if count > 0 {
+            Attempt::Acquired { count, token: x }
+        } else {
+            Attempt::Held { pttl: x }
+        }
+    }
+
+    fn release(&self, hold: &Claim, latch: &str, latch_ttl: Duration) -> Call<'static> {
+        let mut call = RELEASE.key(&hold.keys.key);
+        call.key(&hold.keys.channel)
+            .key(latch)
+            .arg(&hold.owner)
+            // A hard lease ends when it ends: a partial release must not stretch it.
+            .arg(if hold.hard { 0 } else { millis(hold.lease) })
+            .arg(millis(latch_ttl));
+        call
+    }
+
+    fn undo_reentry(&self, hold: &Claim, marker: &str) -> Call<'static> {
+        let mut call = UNDO_REENTRY.key(&hold.keys.key);
+        call.key(marker).key(&hold.keys.channel).arg(&hold.owner);
+        call
+    }
+
+    fn renew(&self, holds: &[&Claim], cross_slot: bool) -> Call<'static> {
+        if cross_slot {
+            // One declared key routes the call; the others travel as arguments.
+            let mut call = RENEW_NODE.key(&holds[0].keys.key);
+            for h in holds {
+                call.arg(&h.keys.key).arg(&h.owner).arg(millis(h.lease));
+            }
+            return call;
+        }
+        let mut call = RENEW.prepare_invoke();
+        for h in holds {
+            call.key(&h.keys.key).arg(&h.owner).arg(millis(h.lease));
+        }
+        call
+    }
+
+    fn force_unlock(&self, keys: &LockKeys) -> Call<'static> {
+        let mut call = FORCE_UNLOCK.key(&keys.key);
+        call.key(&keys.channel);
+        call
+    }
+}

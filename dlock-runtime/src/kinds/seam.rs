@@ -1,0 +1,157 @@
+//! The `LockKind` trait and the plain data its implementations share: the claim a script
+//! call is built from, what an attempt found, what a nested acquire does.
+
+use std::time::Duration;
+
+use crate::backend::names::LockKeys;
+use crate::backend::script::Call;
+
+/// What Redis knows of one hold: whose it is, of which lock, for how long. Every script call a
+/// kind builds reads its keys and arguments from here; the client's own bookkeeping of a hold
+/// (validity deadline, token, local hold count, lost signal) wraps it, one layer up.
+#[derive(Clone, Debug)]
+pub(crate) struct Claim {
+    /// The lock's name, as the user gave it (for logs and errors).
+    pub(crate) name: String,
+    pub(crate) keys: LockKeys,
+    /// The owner id written into the lock (`<client id>:<sequence>`).
+    pub(crate) owner: String,
+    /// The random id of the client that took it.
+    pub(crate) client_id: String,
+    /// The lease set on every acquire, renewal and partial release.
+    pub(crate) lease: Duration,
+    /// A hard lease (no watchdog): its validity is never extended, by re-entry or anything.
+    pub(crate) hard: bool,
+}
+
+/// What one acquire attempt found.
+pub(crate) enum Attempt {
+    /// Held by this owner now, with this many holds; the token of a free -> held transition
+    /// (0 for a re-entry: the holder knows its token).
+    Acquired { count: i64, token: i64 },
+    /// Held by someone else, whose lease has this many ms left (-1: no expiry).
+    Held { pttl: i64 },
+}
+
+/// What an acquire of one kind does inside a scope that already holds a lock with the same
+/// key (for one kind, or its sibling: the read and write sides of one read-write lock).
+pub(crate) enum Nested {
+    /// One more hold on the enclosing owner's hold (the same kind re-entered).
+    Reenter,
+    /// A new hold of this kind for the enclosing hold's owner, taken at once without queueing
+    /// (a writer taking the read side: the script grants it because the writer is that owner);
+    /// one more hold if that owner already holds this kind (a second read in one write scope).
+    SameOwner,
+    /// Fails at once with [`crate::LockError::WouldDeadlock`] and this reason (a reader asking
+    /// for the write side would wait for itself).
+    Refuse(&'static str),
+}
+
+/// The Redis side of one kind of lock.
+pub(crate) trait LockKind: Send + Sync + std::fmt::Debug {
+    /// A short stable name ("plain", "read", ...): renewals are batched per kind, logs show it.
+    fn id(&self) -> &'static str;
+
+    /// What follows the hash tag in this kind's keys; kinds differ, so a plain lock and a
+    /// semaphore of one name are different Redis keys and never read each other's data.
+    fn key_suffix(&self) -> &'static str {
+        ""
+    }
+
+    /// Whether a holder keeps this client's local turn at the key until its last release
+    /// (exclusive kinds), or gives it up as soon as it holds (shared kinds: other local tasks
+    /// may hold beside it, so they must be free to ask Redis).
+    fn keeps_gate(&self) -> bool {
+        true
+    }
+
+    /// What an acquire of this kind does inside a scope holding `parent` of the same key.
+    fn nested(&self, parent: &dyn LockKind) -> Nested {
+        if parent.id() == self.id() {
+            Nested::Reenter
+        } else {
+            Nested::Refuse("a lock of another kind with the same key is already held")
+        }
+    }
+
+    /// Whether a released hold may go to the next task of this client queued for the key
+    /// without a release and an acquire in Redis (see `handoff.rs`): kinds where the next
+    /// holder would hold exactly what the last one did, under the same owner entry.
+    fn hands_over_locally(&self) -> bool {
+        false
+    }
+
+    /// Whether a refused attempt leaves something of its owner in Redis (a waiting writer's
+    /// claim, a place in a queue) that [`LockKind::release`] takes back: then an acquire that
+    /// ends without the lock (timed out, cancelled while waiting, failed) sends that release.
+    fn refusal_leaves_a_trace(&self) -> bool {
+        false
+    }
+
+    /// The channel a waiter of this kind listens on: the lock's release channel, or one of its
+    /// own (a kind whose releases grant the lock to a chosen waiter).
+    fn wait_channel(&self, hold: &Claim) -> String {
+        hold.keys.channel.clone()
+    }
+
+    /// The fencing token, if `message` (heard on [`LockKind::wait_channel`]) granted the lock
+    /// to `hold`'s owner: it holds without asking again.
+    fn granted(&self, _hold: &Claim, _message: &str) -> Option<u64> {
+        None
+    }
+
+    /// How long a grant by message lasts before its owner renews it (see
+    /// [`LockKind::granted`]); `None` for kinds that never grant by message.
+    fn grant_lifetime(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Whether [`LockKind::renew`] supports `cross_slot` (one call per cluster node). Kinds
+    /// without it are renewed one call per slot.
+    fn renews_per_node(&self) -> bool {
+        false
+    }
+
+    /// Takes the lock for `hold.owner`, or re-enters it when `reentry` (a marker key that lets
+    /// a cancelled re-entry be undone once) is given.
+    fn acquire(&self, hold: &Claim, reentry: Option<&str>, latch_ttl: Duration) -> Call<'static>;
+
+    /// Reads the reply of [`LockKind::acquire`].
+    fn decode_acquire(&self, reply: (i64, i64)) -> Attempt;
+
+    /// Gives back one hold, at most once per `latch` key (a release request id). The reply is
+    /// the holds left, or -1 when `hold.owner` holds nothing.
+    fn release(&self, hold: &Claim, latch: &str, latch_ttl: Duration) -> Call<'static>;
+
+    /// Undoes a re-entry whose caller never saw the reply, if its marker says it ran.
+    fn undo_reentry(&self, hold: &Claim, marker: &str) -> Call<'static>;
+
+    /// Renews many holds of this kind in one call; all their keys must be served by one node,
+    /// and, unless `cross_slot` (a cluster node, Redis 7+), lie in one slot. The reply has one
+    /// entry per hold: 1 renewed, 0 no longer ours.
+    fn renew(&self, holds: &[&Claim], cross_slot: bool) -> Call<'static>;
+
+    /// Deletes the lock whoever holds it and wakes its waiters; the reply is 1 if it was held.
+    fn force_unlock(&self, keys: &LockKeys) -> Call<'static>;
+}
+
+/// A duration as the whole milliseconds Redis takes (leases are validated to fit).
+pub(crate) fn millis(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+/// A boolean script argument.
+pub(crate) fn flag(on: bool) -> &'static str {
+    if on {
+        "1"
+    } else {
+        "0"
+    }
+}
+
+/// How long a fencing counter lives. Tokens stay monotonic after it expires (the acquire
+/// scripts never hand out less than the server's clock in µs), so this only bounds memory per
+/// name.
+pub(crate) fn fence_lifetime(lease: Duration) -> Duration {
+    (lease * 2).max(Duration::from_secs(24 * 3600))
+}

@@ -1,0 +1,182 @@
+//! `Hold`: what one owner's hold of one lock shares between its guards and the watchdog.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::kinds::{Claim, LockKind};
+use crate::machinery::gate::{courtesy, GatePass};
+
+pub(crate) struct Hold {
+    /// Identifies the hold inside the watchdog.
+    pub(crate) id: u64,
+    /// What Redis knows of it: name, keys, owner, lease (read through `Deref`).
+    pub(crate) claim: Claim,
+    /// What this hold sends to Redis (its scripts, arguments and replies).
+    pub(crate) kind: Arc<dyn LockKind>,
+    /// Until when this owner may act as the holder: the instant the last successful acquire
+    /// or renewal was *sent*, plus the lease, minus [`drift`]. Redis cannot have expired the key
+    /// before then, so nobody else can hold the lock yet. Only moves forward, and never once
+    /// passed: `None` until the acquire's reply arrived.
+    valid_until: Mutex<Option<Instant>>,
+    pub(crate) token: AtomicU64,
+    /// Guards alive for this hold (the first acquire plus re-entries through `scope`).
+    pub(crate) local_holds: AtomicU32,
+    lost: AtomicBool,
+    lost_notify: Notify,
+    /// This client's turn at the key; given back after the last hold's release.
+    pub(crate) gate: Mutex<Option<GatePass>>,
+    /// How many local handoffs passed the lock on since this process took it in Redis.
+    pub(crate) handoffs: u32,
+    /// When this process took the lock in Redis (handoffs keep the first holder's).
+    pub(crate) kept_since: Instant,
+    /// Set when this hold's release goes to Redis to end a run of handoffs: the next local
+    /// contender lets other processes go first.
+    yield_next: AtomicBool,
+}
+
+impl Hold {
+    /// A new hold (not yet acquired) of `claim`, known to the watchdog as `id`.
+    pub(crate) fn new(id: u64, claim: Claim, kind: Arc<dyn LockKind>) -> Self {
+        Hold {
+            id,
+            claim,
+            kind,
+            valid_until: Mutex::new(None),
+            token: AtomicU64::new(0),
+            local_holds: AtomicU32::new(0),
+            lost: AtomicBool::new(false),
+            lost_notify: Notify::new(),
+            gate: Mutex::new(None),
+            handoffs: 0,
+            kept_since: Instant::now(),
+            yield_next: AtomicBool::new(false),
+        }
+    }
+
+    /// The hold a local handoff gives the next task (taking it with `lease`; known to the
+    /// watchdog as `id`): the same Redis owner and validity deadline as `from`, a new local
+    /// owner (its own id, hold count and lost signal) and the next fencing token.
+    pub(crate) fn handed_from(from: &Hold, id: u64, lease: Duration) -> Self {
+        Hold {
+            id,
+            claim: Claim {
+                lease,
+                hard: false,
+                ..from.claim.clone()
+            },
+            kind: from.kind.clone(),
+            valid_until: Mutex::new(Some(from.valid_until())),
+            token: AtomicU64::new(from.token.load(Ordering::Acquire) + 1),
+            local_holds: AtomicU32::new(1),
+            lost: AtomicBool::new(false),
+            lost_notify: Notify::new(),
+            gate: Mutex::new(None),
+            handoffs: from.handoffs + 1,
+            kept_since: from.kept_since,
+            yield_next: AtomicBool::new(false),
+        }
+    }
+
+    /// Marks this hold's release as the end of a run of local handoffs.
+    pub(crate) fn yield_next(&self) {
+        self.yield_next.store(true, Ordering::Release);
+    }
+
+    /// The same hold for an existing owner (a writer taking the read side of its lock keeps
+    /// its owner id, so the script knows it is the writer).
+    pub(crate) fn for_owner(mut self, owner: &str) -> Self {
+        owner.clone_into(&mut self.claim.owner);
+        self
+    }
+
+    /// The instant this hold stops being valid unless a renewal gets through first (the past,
+    /// before the acquire's reply arrived).
+    pub(crate) fn valid_until(&self) -> Instant {
+        let valid = *self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
+        valid.unwrap_or_else(Instant::now)
+    }
+
+    /// Records that Redis set (or renewed) the lease by a request sent at `sent_at`. Callers
+    /// never confirm a hard lease twice: it ends where the first acquire set it. Once the
+    /// deadline has passed the hold stays lost: a renewal reply that arrives afterwards (sent
+    /// before a pause, say) must not make `is_lost()` flip back to false.
+    pub(crate) fn confirm(&self, sent_at: Instant) {
+        self.confirm_for(sent_at, self.lease);
+    }
+
+    /// [`Hold::confirm`] for a request that set an expiry of `lease` rather than the hold's own
+    /// (a grant handed over by a release lasts a short while, until its owner renews it).
+    pub(crate) fn confirm_for(&self, sent_at: Instant, lease: Duration) {
+        let until = sent_at + lease - drift(lease);
+        let mut valid = self.valid_until.lock().unwrap_or_else(|e| e.into_inner());
+        match *valid {
+            None => *valid = Some(until),
+            Some(v) if Instant::now() < v && until > v => *valid = Some(until),
+            Some(_) => {}
+        }
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire) || Instant::now() >= self.valid_until()
+    }
+
+    /// Records that this owner no longer holds the lock and wakes everyone watching `lost()`.
+    pub(crate) fn mark_lost(&self, why: &str) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            tracing::warn!(lock = %self.name, key = %self.keys.key, reason = why, "dlock: lock lost");
+            self.lost_notify.notify_waiters();
+        }
+    }
+
+    /// Completes when the hold is lost: marked so, or its validity deadline passed. Driven by
+    /// a timer, so it fires even while Redis or the network is silent.
+    pub(crate) async fn lost(&self) {
+        loop {
+            let notified = self.lost_notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_lost() {
+                return;
+            }
+            // A renewal may push the deadline on meanwhile: sleep to the one known now, recheck.
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(self.valid_until()) => {}
+            }
+        }
+    }
+
+    /// Gives this client's turn at the key to the next local task; `release_rtt`: how long the
+    /// release in Redis took, which sets the next contender's courtesy after a run of handoffs
+    /// (`None`: no courtesy is owed, as nobody else was listening or nothing was sent).
+    pub(crate) fn release_gate(&self, release_rtt: Option<Duration>) {
+        let pass = self.gate.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let (Some(mut pass), Some(rtt)) = (pass, release_rtt) {
+            if self.yield_next.load(Ordering::Acquire) {
+                pass.courtesy = Some(courtesy(rtt));
+            }
+        }
+    }
+}
+
+/// A hold is its claim plus the client's bookkeeping: `hold.keys`, `hold.owner`, `hold.lease`
+/// read the claim, as every caller did before the claim moved below the machinery layer.
+impl std::ops::Deref for Hold {
+    type Target = Claim;
+
+    fn deref(&self) -> &Claim {
+        &self.claim
+    }
+}
+
+/// How much earlier than Redis the holder gives its lease up: 1 % of the lease plus 2 ms (the
+/// margin Redlock uses), at most half the lease. It covers the client's clock running slower
+/// than the server's and Redis's expiry granularity; a lease shorter than a few ms is therefore
+/// valid for almost no time at all.
+pub(crate) fn drift(lease: Duration) -> Duration {
+    (lease / 100 + Duration::from_millis(2)).min(lease / 2)
+}

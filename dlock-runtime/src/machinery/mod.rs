@@ -1,0 +1,15 @@
+//! The client's machinery: what happens between a lock handle and Redis. Shared state, holds,
+//! the local gate and handoff, waiters, the watchdog, orphan clean-up and releases.
+//!
+//! Imports `settings`, `error`, `backend` and `kinds`; nothing here names a public handle.
+//! Bottom to top: `gate`, `hold`, `scope`, `waiters`, `watchdog`, `shared`, `orphan`,
+//! `release`.
+
+pub(crate) mod gate;
+pub(crate) mod hold;
+pub(crate) mod orphan;
+pub(crate) mod release;
+pub(crate) mod scope;
+pub(crate) mod shared;
+pub(crate) mod waiters;
+pub(crate) mod watchdog;

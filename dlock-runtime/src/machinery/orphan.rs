@@ -1,0 +1,118 @@
+//! Clean-up for acquires that end without a guard: cancelled, timed out, or failed.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::backend::conn::Conn;
+use crate::backend::script::Call;
+use crate::machinery::hold::Hold;
+use crate::machinery::shared::Shared;
+
+/// Armed while an acquire request may be on the wire. Dropped armed (the caller's future was
+/// dropped, or the reply was lost), it undoes whatever the server may have granted: the owner
+/// id is known before sending, so "release if I am the owner" is always safe to send. The undo
+/// is built up front, so Drop only has to send it.
+pub(crate) struct Orphan {
+    shared: Arc<Shared>,
+    conn: Conn,
+    key: String,
+    undo: Option<Call<'static>>,
+}
+
+impl Orphan {
+    pub(crate) fn new(
+        shared: &Arc<Shared>,
+        conn: Conn,
+        hold: &Hold,
+        reentry_marker: Option<String>,
+    ) -> Self {
+        let undo = match reentry_marker {
+            Some(marker) => hold.kind.undo_reentry(hold, &marker),
+            None => {
+                let latch = format!("{}{}", hold.keys.latch_prefix, shared.unique_id());
+                hold.kind.release(hold, &latch, shared.latch_ttl)
+            }
+        };
+        Orphan {
+            shared: shared.clone(),
+            conn,
+            key: hold.keys.key.clone(),
+            undo: Some(undo),
+        }
+    }
+
+    pub(crate) fn disarm(mut self) {
+        self.undo = None;
+    }
+}
+
+impl Drop for Orphan {
+    fn drop(&mut self) {
+        let Some(undo) = self.undo.take() else {
+            return;
+        };
+        // Same connection as the acquire: Redis runs it after the acquire, if that was sent.
+        let mut conn = self.conn.clone();
+        let mut fallback = self.shared.background_conn();
+        let key = std::mem::take(&mut self.key);
+        // On the client's thread, so a future dropped anywhere (a plain thread, a runtime
+        // shutting down) is still cleaned up.
+        self.shared.bg.spawn(async move {
+            // Read as a bare value: releases answer a count or `{0, listeners}`, and only a
+            // failure to get an answer at all may be retried.
+            let first = undo.invoke_async::<redis::Value>(&mut conn).await;
+            // The acquire's connection may be gone with its runtime, or broken: try once more
+            // on the client's own connection. Owner-conditional, so it is safe to repeat.
+            let result = match first {
+                Err(e) if !matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    undo.invoke_async::<redis::Value>(&mut fallback).await
+                }
+                other => other,
+            };
+            match result {
+                Ok(r) => tracing::debug!(%key, result = ?r, "dlock: cleaned up after a cancelled acquire"),
+                Err(e) => tracing::warn!(%key, error = %e, "dlock: clean-up of a cancelled acquire failed; a possible hold expires with its TTL"),
+            }
+        });
+    }
+}
+
+/// The watchdog registration of an acquire in progress; removed again unless activated.
+pub(crate) struct Registration {
+    shared: Arc<Shared>,
+    hold: Arc<Hold>,
+    watchdog: bool,
+    done: bool,
+}
+
+impl Registration {
+    pub(crate) fn new(shared: &Arc<Shared>, hold: Arc<Hold>, watchdog: bool) -> Self {
+        if watchdog {
+            shared.watchdog.register(hold.clone());
+        }
+        Registration {
+            shared: shared.clone(),
+            hold,
+            watchdog,
+            done: false,
+        }
+    }
+
+    /// The hold is ours: renewals start, the first one at `due`.
+    pub(crate) fn activate(mut self, due: Instant) {
+        if self.watchdog {
+            self.shared.watchdog.activate(self.hold.id, due);
+        }
+        self.done = true;
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if !self.done && self.watchdog {
+            self.shared.watchdog.remove(self.hold.id);
+        }
+    }
+}

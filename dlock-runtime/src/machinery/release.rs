@@ -1,0 +1,367 @@
+//! How a hold is given back: handed to the next task of this client queued for the key, or
+//! released in Redis, on every way out (an awaited release, a dropped guard, a hold nobody
+//! took).
+//!
+//! Local handoff (lock cohorting): a hold released while another task of this client waits at
+//! the gate for the same key goes to that task without a release and an acquire in Redis.
+//!
+//! The Redis side stays as it is: the lock hash keeps the first holder's owner id, its expiry
+//! and its watchdog schedule. The receiver gets a new local hold, a different owner for
+//! re-entry (the giver's scope cannot re-enter it), with the giver's validity deadline, so it
+//! never believes in more lease than Redis granted, and a fencing token one above the giver's
+//! (tokens from Redis are scaled by `LOCAL_TOKENS`, so a later free -> held transition in
+//! Redis always hands out more than any local successor of an earlier one).
+//!
+//! Bounded, so other processes get their turn (Dice, Marathe and Shavit, "Lock Cohorting",
+//! 2012): after `local_handoffs` consecutive handoffs, or once the process has kept the lock for
+//! `local_handoff_window`, the release goes to Redis, and the next local contender lets a
+//! waiter of another process go first (see `courtesy`). It does so only if the release's
+//! message reached a subscriber: when nobody else was listening (one server or Sentinel,
+//! where PUBLISH counts the subscribers of the primary every client subscribes to) the pause
+//! would only idle the lock. A waiter that
+//! is between a failed try and its subscription is not counted; it still gets its turn at the
+//! next bound, since the run is then in Redis's hands like any other holder's.
+//!
+//! Only the plain lock hands over so far (`LockKind::hands_over_locally`). How
+//! the others would:
+//! * the write side of a read-write lock is an owner entry like the plain lock's: writer to
+//!   writer works the same way, on the same bounds. Readers need nothing (shared kinds leave
+//!   the gate as soon as they hold), and a writer handing to a local reader would change the
+//!   mode in Redis, which takes a script: that stays a release and an acquire;
+//! * the fair lock must not let a local task overtake earlier waiters of other processes. Its
+//!   release already grants the lock to the head of the Redis queue; the extension is for the
+//!   release's reply to name the grantee, so that when the head is a task of this client it is
+//!   handed the hold at once instead of hearing the grant over pub/sub (one round trip per
+//!   handoff, not zero, and never out of queue order).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::LockError;
+use crate::machinery::gate::{GatePass, Handed};
+use crate::machinery::hold::Hold;
+use crate::machinery::shared::Shared;
+use crate::settings::LOCAL_TOKENS;
+
+/// The fencing token of a hold Redis granted with counter value `redis`.
+pub(crate) fn token_from_redis(redis: u64) -> u64 {
+    redis.saturating_mul(LOCAL_TOKENS)
+}
+
+/// Releases one hold and waits for Redis to confirm (see `LockGuard::release`). Cancel-safe:
+/// if this future is dropped half-way, the release is finished in the background with the same
+/// request id, so it is applied exactly once.
+pub(crate) async fn release(shared: &Arc<Shared>, hold: &Arc<Hold>) -> Result<(), LockError> {
+    let Some(last) = begin_release(shared, hold) else {
+        return Ok(());
+    };
+    Pending::new(shared, hold, last).run().await
+}
+
+/// Releases one hold of a guard dropped without `release()` (panic, `?`, cancellation): Drop
+/// cannot await, so renewals stop now and the release goes to the client's thread.
+pub(crate) fn drop_hold(shared: &Arc<Shared>, hold: &Arc<Hold>) {
+    if let Some(last) = begin_release(shared, hold) {
+        Pending::new(shared, hold, last).spawn();
+    }
+}
+
+/// A release whose watchdog entry is already gone: it must reach Redis, so if the future
+/// running it is dropped, Drop hands it to the runtime (same latch id: applied at most once).
+struct Pending {
+    shared: Arc<Shared>,
+    hold: Arc<Hold>,
+    last: bool,
+    latch: String,
+    done: bool,
+}
+
+impl Pending {
+    fn new(shared: &Arc<Shared>, hold: &Arc<Hold>, last: bool) -> Self {
+        Pending {
+            shared: shared.clone(),
+            hold: hold.clone(),
+            last,
+            latch: shared.unique_id(),
+            done: false,
+        }
+    }
+
+    async fn run(mut self) -> Result<(), LockError> {
+        let result = finish_release(&self.shared, &self.hold, self.last, &self.latch).await;
+        self.done = true;
+        result
+    }
+
+    fn spawn(mut self) {
+        self.done = true;
+        let Pending {
+            shared,
+            hold,
+            last,
+            latch,
+            ..
+        } = &self;
+        let (shared, hold, last, latch) = (shared.clone(), hold.clone(), *last, latch.clone());
+        // On the client's own thread: works from any thread, with or without a runtime, and
+        // is not cancelled when the caller's runtime shuts down.
+        shared.bg.spawn({
+            let shared = shared.clone();
+            async move {
+                if let Err(e) = finish_release(&shared, &hold, last, &latch).await {
+                    tracing::warn!(lock = %hold.name, error = %e, "dlock: background release failed");
+                }
+            }
+        });
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.done {
+            Pending {
+                shared: self.shared.clone(),
+                hold: self.hold.clone(),
+                last: self.last,
+                latch: std::mem::take(&mut self.latch),
+                done: false,
+            }
+            .spawn();
+        }
+    }
+}
+
+/// Synchronous first half: drops one local hold; the last one leaves the watchdog here, before
+/// any request goes out, so no renewal can follow the release. `None` when the last one went
+/// to the next local task instead (nothing to send), else whether it was the last.
+fn begin_release(shared: &Arc<Shared>, hold: &Arc<Hold>) -> Option<bool> {
+    let last = hold.local_holds.fetch_sub(1, Ordering::AcqRel) == 1;
+    if last {
+        let due = shared.watchdog.remove(hold.id);
+        if hand_over(shared, hold, due) {
+            return None;
+        }
+    }
+    Some(last)
+}
+
+async fn finish_release(
+    shared: &Arc<Shared>,
+    hold: &Hold,
+    last: bool,
+    latch: &str,
+) -> Result<(), LockError> {
+    let sent_at = tokio::time::Instant::now();
+    let result = release_script(shared, hold, latch).await;
+    if last {
+        // Only now may the next task of this process try: the lock is free (or expiring). It
+        // owes a waiter of another process a head start only if one may have heard the release.
+        let others_may_wait = !matches!(&result, Ok(r) if r.nobody_listened(shared));
+        hold.release_gate(others_may_wait.then(|| sent_at.elapsed()));
+    }
+    match result.map(|r| r.left) {
+        Ok(-1) => {
+            hold.mark_lost("release found the lock no longer ours");
+            Err(LockError::NotHeld {
+                name: hold.name.clone(),
+            })
+        }
+        Ok(left) => {
+            tracing::debug!(lock = %hold.name, holds_left = left, "dlock: released");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Releases a hold without a guard (used when a re-entry finds its enclosing hold gone).
+pub(crate) fn spawn_release(shared: Arc<Shared>, hold: Arc<Hold>) {
+    let bg = shared.bg.handle().clone();
+    bg.spawn(async move {
+        let latch = shared.unique_id();
+        let _ = release_script(&shared, &hold, &latch).await;
+    });
+}
+
+/// Releases a hold without a guard and waits for it; a failure is only logged (what it would
+/// have released expires with its lease).
+pub(crate) async fn release_quietly(shared: &Arc<Shared>, hold: &Hold) {
+    let latch = shared.unique_id();
+    if let Err(e) = release_script(shared, hold, &latch).await {
+        tracing::debug!(lock = %hold.name, error = %e, "dlock: clean-up release failed");
+    }
+}
+
+/// What a release script answered.
+struct Released {
+    /// Holds the owner has left (0: freed), -1 if it held none.
+    left: i64,
+    /// When this release freed the lock: how many subscribers its message reached. `None` when
+    /// the script does not say (other kinds, a retry answered from the latch).
+    listeners: Option<i64>,
+}
+
+impl Released {
+    /// The script's reply: the bare count, or `{0, listeners}` when the plain lock was freed.
+    fn decode(reply: redis::Value) -> redis::RedisResult<Self> {
+        let (left, listeners) = match reply {
+            redis::Value::Array(pair) => {
+                let (left, listeners): (i64, i64) =
+                    redis::FromRedisValue::from_redis_value(redis::Value::Array(pair))?;
+                (left, Some(listeners))
+            }
+            other => (redis::FromRedisValue::from_redis_value(other)?, None),
+        };
+        Ok(Released { left, listeners })
+    }
+
+    /// True when the release freed the lock and no subscriber was there to hear it, so no
+    /// other process was waiting for it. Only where PUBLISH counts every subscriber.
+    fn nobody_listened(&self, shared: &Shared) -> bool {
+        self.listeners == Some(0) && shared.publish_counts_all
+    }
+}
+
+/// Runs release.lua, retrying lost replies with the same request id: the latch in Redis
+/// answers a retry of a release that already ran instead of releasing twice.
+async fn release_script(
+    shared: &Arc<Shared>,
+    hold: &Hold,
+    latch_id: &str,
+) -> Result<Released, LockError> {
+    let inner = &shared;
+    let latch = format!("{}{latch_id}", hold.keys.latch_prefix);
+    let mut attempt = 0;
+    let first_send = tokio::time::Instant::now();
+    loop {
+        let mut conn = inner.conn();
+        let reply: redis::RedisResult<Released> = hold
+            .kind
+            .release(hold, &latch, inner.latch_ttl)
+            .invoke_async(&mut conn)
+            .await
+            .and_then(Released::decode);
+        match reply {
+            Ok(released) => return Ok(released),
+            // Retry only while the latch surely still remembers a release that did run.
+            Err(e)
+                if attempt < 3
+                    && !matches!(e.kind(), redis::ErrorKind::Server(_))
+                    && first_send.elapsed() < inner.latch_ttl / 2 =>
+            {
+                attempt += 1;
+                tracing::debug!(lock = %hold.name, error = %e, attempt, "dlock: retrying release");
+                tokio::time::sleep(Duration::from_millis(50 * attempt)).await;
+            }
+            Err(e) => return Err(inner.redis_error(&hold.name, &hold.keys.key, "release", e)),
+        }
+    }
+}
+
+/// Passes `hold` (whose last local hold was just given back; `due`: its next renewal, `None`
+/// when the watchdog does not renew it) to the next local waiter, if one can take it and the
+/// bounds allow. True when handed over: nothing is to be sent to Redis.
+fn hand_over(shared: &Arc<Shared>, hold: &Arc<Hold>, due: Option<Instant>) -> bool {
+    let Some(due) = due else { return false };
+    let bounds = shared.handoff;
+    if bounds.limit == 0 || !hold.kind.hands_over_locally() || hold.hard || hold.is_lost() {
+        return false;
+    }
+    let mut gate = hold.gate.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(pass) = gate.take() else {
+        return false;
+    };
+    if pass.next_takes_hold().is_none() {
+        *gate = Some(pass);
+        return false;
+    }
+    if hold.handoffs >= bounds.limit || hold.kept_since.elapsed() >= bounds.window {
+        // Released in Redis; the next local contender will let other processes go first.
+        hold.yield_next();
+        *gate = Some(pass);
+        return false;
+    }
+    let handed = pass.hand_over(
+        |pass, lease| {
+            let next = Arc::new(Hold::handed_from(hold, shared.next_seq(), lease));
+            shared.watchdog.adopt(next.clone(), due);
+            Box::new(Baton {
+                shared: shared.clone(),
+                hold: Some(next),
+                pass: Some(pass),
+            })
+        },
+        |handed| Baton::open(handed).retract(),
+    );
+    match handed {
+        Ok(()) => {
+            tracing::debug!(lock = %hold.name, handoffs = hold.handoffs + 1, "dlock: handed over locally");
+            true
+        }
+        Err(pass) => {
+            *gate = Some(pass);
+            false
+        }
+    }
+}
+
+/// A hold on its way to the next local task, with that task's turn at the gate. Already
+/// renewed by the watchdog. Dropped untaken (its receiver was cancelled), it is released like
+/// a dropped guard: handed on again or released in Redis.
+pub(crate) struct Baton {
+    shared: Arc<Shared>,
+    hold: Option<Arc<Hold>>,
+    pass: Option<GatePass>,
+}
+
+impl Baton {
+    /// Opens what the gate delivered (`hand_over` put a baton in every box it sends).
+    pub(crate) fn open(handed: Handed) -> Baton {
+        *handed
+            .downcast::<Baton>()
+            .unwrap_or_else(|_| unreachable!("the gate carries only batons"))
+    }
+
+    /// The receiver's hold (it holds one local hold); or, if the hold was lost on its way (the
+    /// lease ran out, the watchdog found it gone), the turn at Redis: the receiver must not
+    /// believe it holds.
+    pub(crate) fn take(mut self) -> Result<Arc<Hold>, GatePass> {
+        let (hold, pass) = self.parts();
+        if hold.is_lost() {
+            self.shared.watchdog.remove(hold.id);
+            hold.local_holds.store(0, Ordering::Release);
+            // Whatever Redis still has of it goes; the receiver asks Redis like anyone else.
+            spawn_release(self.shared.clone(), hold);
+            return Err(pass);
+        }
+        *hold.gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(pass);
+        Ok(hold)
+    }
+
+    /// Takes back a baton its receiver never got (it left the queue as it was sent).
+    pub(crate) fn retract(mut self) {
+        let (hold, pass) = self.parts();
+        self.shared.watchdog.remove(hold.id);
+        pass.disarm();
+    }
+
+    fn parts(&mut self) -> (Arc<Hold>, GatePass) {
+        match (self.hold.take(), self.pass.take()) {
+            (Some(hold), Some(pass)) => (hold, pass),
+            _ => unreachable!("a baton is taken apart once"),
+        }
+    }
+}
+
+impl Drop for Baton {
+    fn drop(&mut self) {
+        if let (Some(hold), Some(pass)) = (self.hold.take(), self.pass.take()) {
+            *hold.gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(pass);
+            // A guard nobody saw: it is handed on or released in Redis.
+            drop_hold(&self.shared, &hold);
+        }
+    }
+}

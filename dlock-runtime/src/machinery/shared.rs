@@ -1,0 +1,213 @@
+//! The client's shared state: what locks, guards, orphan clean-up, the watchdog and the stock
+//! helpers all use. The public handles (`LockClient`, `Lock`, `LockGuard`, ...) wrap it, so the
+//! dependency arrows point one way: client -> lock -> guard -> shared.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::conn::{Conn, Pool};
+use crate::backend::names::LockKeys;
+use crate::backend::thread::Background;
+use crate::backend::topology::Topology;
+use crate::error::LockError;
+use crate::kinds::{Claim, LockKind};
+use crate::machinery::gate::Gates;
+use crate::machinery::hold::Hold;
+use crate::machinery::waiters::{WaiterSettings, Waiters, DEFAULT_HEALTH_INTERVAL};
+use crate::machinery::watchdog::Watchdog;
+use crate::settings::{Bounds, Settings};
+
+pub(crate) struct Shared {
+    /// The URL(s) with any password removed, for error messages.
+    pub(crate) url: String,
+    pool: Arc<Pool>,
+    pub(crate) prefix: String,
+    pub(crate) default_ttl: Duration,
+    pub(crate) default_wait: Duration,
+    pub(crate) latch_ttl: Duration,
+    /// 128 random bits: owner ids built from it cannot be guessed or collide across processes.
+    pub(crate) client_id: String,
+    seq: AtomicU64,
+    pub(crate) waiters: Waiters,
+    pub(crate) watchdog: Arc<Watchdog>,
+    pub(crate) gates: Gates,
+    /// How long one reply may take (the builder's `response_timeout`).
+    pub(crate) response_timeout: Duration,
+    /// Bounds on passing a lock between tasks of this client without Redis.
+    pub(crate) handoff: Bounds,
+    /// Whether PUBLISH's reply counts every subscriber of the deployment. On a cluster it
+    /// counts only the node's own (the message reaches the others over the cluster bus). On
+    /// Sentinel it counts the primary's, which is where every client subscribes once it has
+    /// followed a failover.
+    pub(crate) publish_counts_all: bool,
+    /// The client's own thread: connections, watchdog, subscriber, background releases.
+    /// Declared last so it is dropped after everything that spawns onto it.
+    pub(crate) bg: Background,
+}
+
+impl Shared {
+    /// Opens the connections of the builder's deployment and starts the background work.
+    pub(crate) async fn connect(b: Settings) -> Result<Arc<Self>, LockError> {
+        let mut topology = Topology::from_settings(&b)?;
+        let url = topology.display_url();
+        let connect_err = |source| LockError::Connect {
+            url: url.clone(),
+            source,
+        };
+        let client_id = format!("{:032x}", rand::random::<u128>());
+        let bg =
+            Background::start(&client_id).map_err(|e| connect_err(redis::RedisError::from(e)))?;
+        let pool = Arc::new(
+            topology
+                .open_pool(&bg, b.connections, b.response_timeout, b.connect_timeout)
+                .await
+                .map_err(connect_err)?,
+        );
+        // The subscriber tells the watchdog when its connection was lost or replaced: the
+        // server may have restarted or failed over, so every hold is checked at once.
+        let watchdog = Arc::new(Watchdog::start(pool.clone(), url.clone(), bg.handle()));
+        let hook = Arc::downgrade(&watchdog);
+        let waiters = Waiters::start(
+            topology.pubsub_source(&pool),
+            WaiterSettings {
+                connect_timeout: b.connect_timeout,
+                // A SUBSCRIBE or PING is answered in well under a millisecond by a live Redis;
+                // waiting longer than 1 s only delays the fallback to PTTL retries.
+                ack_timeout: b.response_timeout.min(Duration::from_secs(1)),
+                health_interval: DEFAULT_HEALTH_INTERVAL,
+                on_connection_change: Box::new(move || {
+                    if let Some(w) = hook.upgrade() {
+                        w.renew_all_now();
+                    }
+                }),
+            },
+            bg.handle(),
+        )
+        .await
+        .map_err(connect_err)?;
+        let shared = Arc::new(Shared {
+            watchdog,
+            url,
+            pool,
+            prefix: b.prefix,
+            default_ttl: b.default_ttl,
+            default_wait: b.default_wait,
+            response_timeout: b.response_timeout,
+            latch_ttl: b.latch_ttl,
+            handoff: b.handoff,
+            publish_counts_all: !topology.is_cluster(),
+            client_id,
+            seq: AtomicU64::new(0),
+            waiters,
+            gates: Gates::default(),
+            bg,
+        });
+        tracing::debug!(url = %shared.url, client_id = %shared.client_id, "dlock client connected");
+        Ok(shared)
+    }
+
+    /// A command connection, round-robin. Clones share the underlying socket, so a command
+    /// sent on a clone is ordered after everything sent earlier on it (used by orphan cleanup).
+    pub(crate) fn conn(&self) -> Conn {
+        self.pool.get()
+    }
+
+    /// A connection driven by the client's own thread (see `Pool::background`).
+    pub(crate) fn background_conn(&self) -> Conn {
+        self.pool.background()
+    }
+
+    /// An id unique across every client and process: this client's random id plus a sequence
+    /// number. Used for owners, release request ids and re-entry markers; a bare sequence
+    /// number would let two clients answer each other's release from the latch.
+    pub(crate) fn unique_id(&self) -> String {
+        format!("{}:{}", self.client_id, self.next_seq())
+    }
+
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A new hold of the lock `name` (keys `keys`) for a new owner of this client, not yet
+    /// acquired.
+    pub(crate) fn new_hold(
+        &self,
+        name: String,
+        keys: LockKeys,
+        lease: Duration,
+        hard: bool,
+        kind: Arc<dyn LockKind>,
+    ) -> Hold {
+        let claim = Claim {
+            name,
+            keys,
+            owner: self.unique_id(),
+            client_id: self.client_id.clone(),
+            lease,
+            hard,
+        };
+        Hold::new(self.next_seq(), claim, kind)
+    }
+
+    /// Turns a redis-rs error into a `LockError` naming the lock and the operation.
+    pub(crate) fn redis_error(
+        &self,
+        name: &str,
+        key: &str,
+        op: &'static str,
+        e: redis::RedisError,
+    ) -> LockError {
+        if e.code() == Some("WRONGTYPE") {
+            let (key, role) = wrong_type_key(&e, key, op);
+            return LockError::WrongType {
+                name: name.to_owned(),
+                key,
+                role,
+            };
+        }
+        if is_connection_error(&e) {
+            // The connection may have been replaced (Redis restarted or failed over): the
+            // holds this client keeps must be checked now, not at their next renewal.
+            self.watchdog.renew_all_now();
+        }
+        LockError::Redis {
+            name: name.to_owned(),
+            op,
+            url: self.url.clone(),
+            source: e,
+        }
+    }
+}
+
+/// Which key a WRONGTYPE error is about. dlock's scripts name it (`<role> \`<key>\` holds ...`);
+/// Redis's own WRONGTYPE names nothing, so the key the operation is mostly about is assumed.
+fn wrong_type_key(e: &redis::RedisError, key: &str, op: &str) -> (String, String) {
+    let detail = e.detail().unwrap_or("");
+    let mut parts = detail.splitn(3, '`');
+    if let (Some(role), Some(named), Some(_)) = (parts.next(), parts.next(), parts.next()) {
+        if !named.is_empty() {
+            return (named.to_owned(), role.trim().to_owned());
+        }
+    }
+    let role = if op.starts_with("stock") {
+        "stock segment"
+    } else {
+        "lock hash"
+    };
+    (key.to_owned(), role.to_owned())
+}
+
+/// True for errors that mean the connection broke, not that Redis answered.
+fn is_connection_error(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockClient")
+            .field("url", &self.url)
+            .field("client_id", &self.client_id)
+            .finish_non_exhaustive()
+    }
+}

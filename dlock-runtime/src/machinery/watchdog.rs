@@ -1,0 +1,427 @@
+//! The watchdog: one task per client renews every held lock at a third of its lease.
+//!
+//! All renewals that are due in a tick go out together: one script call per chunk of keys, the
+//! calls sent concurrently on one multiplexed connection, so a tick costs one round trip however
+//! many locks are held (not one timer per lock). A hold is registered before its acquire is sent
+//! and removed synchronously at the start of its release, so no renewal can outlive the release
+//! that ended it (Redisson #7272). A renewal that finds the lock gone marks the hold lost. A
+//! successful one moves the hold's validity deadline to its *send* time plus the lease minus the
+//! drift margin; the hold reads as lost from that deadline on whatever the watchdog is doing
+//! (`Hold::is_lost`), and the task also wakes at it to mark the hold lost and log it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::backend::conn::{Conn, Pool};
+use crate::backend::names::cluster_slot;
+use crate::backend::slots::NodeAddr;
+use crate::kinds::{Claim, LockKind};
+use crate::machinery::hold::Hold;
+
+/// Keys per renew script call: bounds how long one call keeps Redis busy.
+const CHUNK: usize = 500;
+
+/// Shortest pause between failed renewals of one hold, and the shortest bound on a call.
+const MIN_RETRY: Duration = Duration::from_millis(20);
+
+/// Shortest pause between two "renew every hold now" passes.
+const RENEW_ALL_GAP: Duration = Duration::from_millis(100);
+
+/// Bound on learning a cluster's slot map within a tick; without it the tick renews per slot.
+const SLOT_MAP_BOUND: Duration = Duration::from_millis(500);
+
+struct Entry {
+    hold: Arc<Hold>,
+    /// False until the acquire reply arrived: nothing to renew yet.
+    active: bool,
+    /// When the next renewal is due: a third of the lease after the last successful one was
+    /// sent, or sooner after a failed one.
+    due: Instant,
+}
+
+#[derive(Default)]
+struct Shared {
+    entries: Mutex<HashMap<u64, Entry>>,
+    changed: Notify,
+    /// When the task will wake next on its own (`None`: it is not sleeping). An acquire only
+    /// wakes the task when its renewal falls due before that, which is rare: waking a task on
+    /// every acquire would cost a cross-thread wake-up on the hot path.
+    planned_wake: Mutex<Option<Instant>>,
+    /// When `renew_all_now` last scheduled every hold.
+    renewed_all: Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wake_before(&self, due: Instant) {
+        let planned = *self.planned_wake.lock().unwrap_or_else(|e| e.into_inner());
+        if planned.is_none_or(|wake| due < wake) {
+            self.changed.notify_one();
+        }
+    }
+}
+
+pub(crate) struct Watchdog {
+    shared: Arc<Shared>,
+}
+
+impl Watchdog {
+    pub(crate) fn start(pool: Arc<Pool>, url: String, rt: &Handle) -> Self {
+        let shared = Arc::new(Shared::default());
+        rt.spawn(run(Arc::downgrade(&shared), pool, url));
+        Watchdog { shared }
+    }
+
+    /// Step one, before the acquire is sent: the hold exists but is not renewed yet.
+    pub(crate) fn register(&self, hold: Arc<Hold>) {
+        let due = Instant::now();
+        self.shared.entries().insert(
+            hold.id,
+            Entry {
+                hold,
+                active: false,
+                due,
+            },
+        );
+    }
+
+    /// Step two, when the acquire reply says we hold it: the first renewal is due at `due` (a
+    /// third of the lease after the acquire was sent; at once for a short-lived grant).
+    pub(crate) fn activate(&self, id: u64, due: Instant) {
+        match self.shared.entries().get_mut(&id) {
+            Some(e) => {
+                e.active = true;
+                e.due = due;
+            }
+            None => return,
+        };
+        self.shared.wake_before(due);
+    }
+
+    /// Removes a hold; after this returns no renewal of it will be sent. Returns when its next
+    /// renewal was due, if it was being renewed.
+    pub(crate) fn remove(&self, id: u64) -> Option<Instant> {
+        let e = self.shared.entries().remove(&id)?;
+        e.active.then_some(e.due)
+    }
+
+    /// Renews `hold` from now on, first at `due`: a hold handed over locally keeps the
+    /// schedule of the hold it continues, so its renewals go on without a gap.
+    pub(crate) fn adopt(&self, hold: Arc<Hold>, due: Instant) {
+        let id = hold.id;
+        self.shared.entries().insert(
+            id,
+            Entry {
+                hold,
+                active: true,
+                due,
+            },
+        );
+        self.shared.wake_before(due);
+    }
+
+    /// Renews every hold now: called when a connection was lost or replaced (Redis restarted,
+    /// failed over, or a link froze), so holds whose keys are gone learn it within a round trip
+    /// instead of at their next scheduled renewal.
+    pub(crate) fn renew_all_now(&self) {
+        let now = Instant::now();
+        {
+            // At most one pass per RENEW_ALL_GAP: a burst of failing commands asks once.
+            let mut last = self
+                .shared
+                .renewed_all
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if last.is_some_and(|t| now < t + RENEW_ALL_GAP) {
+                return;
+            }
+            *last = Some(now);
+        }
+        let mut any = false;
+        for e in self.shared.entries().values_mut().filter(|e| e.active) {
+            e.due = now;
+            any = true;
+        }
+        if any {
+            self.shared.changed.notify_one();
+        }
+    }
+}
+
+async fn run(shared: Weak<Shared>, pool: Arc<Pool>, url: String) {
+    loop {
+        let Some(s) = shared.upgrade() else { return };
+        let now = Instant::now();
+        expire(&s, now);
+        let (batch, next) = due_now(&s, now);
+        if batch.is_empty() {
+            // Waking at least every second lets the task notice that its client is gone.
+            let wake = next.map_or(now + Duration::from_secs(1), |n| {
+                n.min(now + Duration::from_secs(1))
+            });
+            let changed = s.changed.notified();
+            tokio::pin!(changed);
+            // Registered before publishing the plan, so an activate that reads the plan and
+            // decides to notify cannot be missed.
+            changed.as_mut().enable();
+            *s.planned_wake.lock().unwrap_or_else(|e| e.into_inner()) = Some(wake);
+            tokio::select! {
+                _ = changed => {}
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+            *s.planned_wake.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            continue;
+        }
+        // Every call carries its own bound (see `call_bound`), so a node that hangs costs only
+        // its own holds a retry; this outer bound only guards against a bug.
+        let outer = batch.iter().map(|h| h.lease / 3).max().unwrap_or_default() + SLOT_MAP_BOUND;
+        let results = tokio::time::timeout(outer, renew(&mut pool.background(), &batch))
+            .await
+            .unwrap_or_else(|_| vec![None; batch.len()]);
+        let gone = apply(&s, &batch, results, now, &url);
+        if !gone.is_empty() {
+            let limit = batch.iter().map(|h| h.lease / 3).min().unwrap_or_default();
+            let _ = tokio::time::timeout(limit, announce_gone(&mut pool.background(), gone)).await;
+        }
+    }
+}
+
+/// Marks lost every hold whose validity ran out before a renewal got through, with a warn
+/// event. `Hold::is_lost` already says so from that instant on; this tells the logs and stops
+/// renewing a lock somebody else may hold by now.
+fn expire(s: &Shared, now: Instant) {
+    s.entries().retain(|_, e| {
+        if e.active && now >= e.hold.valid_until() {
+            e.hold
+                .mark_lost("the lease ran out before a renewal got through");
+            return false;
+        }
+        true
+    });
+}
+
+/// Holds due now, plus those due within a twelfth of their lease (they share this round trip
+/// instead of costing their own), and the next instant anything else falls due or expires.
+/// Nothing is sent before at least one hold is due, so a lone lock renews at a third of its
+/// lease, as documented.
+fn due_now(s: &Shared, now: Instant) -> (Vec<Arc<Hold>>, Option<Instant>) {
+    let entries = s.entries();
+    let active = || entries.values().filter(|e| e.active);
+    let next_deadline = active().map(|e| e.hold.valid_until()).min();
+    if !active().any(|e| e.due <= now) {
+        let next_due = active().map(|e| e.due).min();
+        let next = match (next_due, next_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        return (Vec::new(), next);
+    }
+    let batch = active()
+        .filter(|e| e.due <= now + e.hold.lease / 12)
+        .map(|e| e.hold.clone())
+        .collect();
+    (batch, None)
+}
+async fn renew(conn: &mut Conn, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
+    let keys: Vec<&str> = batch.iter().map(|h| h.keys.key.as_str()).collect();
+    let groups = match tokio::time::timeout(SLOT_MAP_BOUND, conn.node_groups(&keys)).await {
+        Ok(groups) => groups,
+        // The node asked for the slot map does not answer: renew per slot this tick.
+        Err(_) => {
+            conn.slots_changed();
+            crate::backend::slots::by_slot(&keys)
+        }
+    };
+    let conn = &*conn;
+    let calls = groups.into_iter().flat_map(|(node, idx)| {
+        chunks(batch, idx).into_iter().map(move |idx| {
+            let (mut conn, node) = (conn.clone(), node.clone());
+            let holds: Vec<Arc<Hold>> = idx.iter().map(|&i| batch[i].clone()).collect();
+            async move { (idx, renew_call(&mut conn, &holds, node).await) }
+        })
+    });
+    let mut results = vec![None; batch.len()];
+    for (idx, out) in futures_util::future::join_all(calls).await {
+        for (i, r) in idx.into_iter().zip(out) {
+            results[i] = r;
+        }
+    }
+    results
+}
+
+/// One renew call for holds of one kind: to their node in one call (a cluster), or the usual
+/// way (one server, or one slot). A node call that fails (slots moved, a server before Redis
+/// 7 without cross-slot scripts) is retried one call per slot.
+async fn renew_call(
+    conn: &mut Conn,
+    holds: &[Arc<Hold>],
+    node: Option<NodeAddr>,
+) -> Vec<Option<bool>> {
+    match tokio::time::timeout(call_bound(holds), renew_call_unbounded(conn, holds, node)).await {
+        Ok(out) => out,
+        Err(_) => vec![None; holds.len()],
+    }
+}
+
+/// How long one renew call may take: until the first of its holds runs out of validity (a
+/// later success could not extend it any more), at most a third of the shortest lease.
+fn call_bound(holds: &[Arc<Hold>]) -> Duration {
+    let now = Instant::now();
+    holds
+        .iter()
+        .map(|h| {
+            h.valid_until()
+                .saturating_duration_since(now)
+                .min(h.lease / 3)
+        })
+        .min()
+        .unwrap_or_default()
+        .max(MIN_RETRY)
+}
+
+async fn renew_call_unbounded(
+    conn: &mut Conn,
+    holds: &[Arc<Hold>],
+    node: Option<NodeAddr>,
+) -> Vec<Option<bool>> {
+    let kind = &holds[0].kind;
+    let reply: redis::RedisResult<Vec<i64>> = match &node {
+        // Kinds without a per-node script go one call per slot.
+        Some(_) if !kind.renews_per_node() => {
+            return Box::pin(renew_per_slot(conn, holds)).await;
+        }
+        Some(node) => match kind.renew(&claims(holds), true).invoke_on(conn, node).await {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                tracing::debug!(error = %e, %node, "dlock watchdog: per-node renewal failed; renewing per slot");
+                conn.slots_changed();
+                return Box::pin(renew_per_slot(conn, holds)).await;
+            }
+        },
+        None => kind.renew(&claims(holds), false).invoke_async(conn).await,
+    };
+    match reply {
+        Ok(v) => v.into_iter().map(|x| Some(x == 1)).collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, locks = holds.len(), "dlock watchdog renewal failed");
+            vec![None; holds.len()]
+        }
+    }
+}
+
+/// What the renew scripts read of each hold.
+fn claims(holds: &[Arc<Hold>]) -> Vec<&Claim> {
+    holds.iter().map(|h| &h.claim).collect()
+}
+
+/// One call per slot, sent together, each bounded on its own.
+async fn renew_per_slot(conn: &mut Conn, holds: &[Arc<Hold>]) -> Vec<Option<bool>> {
+    let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+    for (i, h) in holds.iter().enumerate() {
+        by_slot
+            .entry(cluster_slot(&h.keys.key))
+            .or_default()
+            .push(i);
+    }
+    let conn = &*conn;
+    let calls = by_slot.into_values().map(|idx| {
+        let mut conn = conn.clone();
+        let group: Vec<Arc<Hold>> = idx.iter().map(|&i| holds[i].clone()).collect();
+        async move {
+            let call = kind_of(&group).renew(&claims(&group), false);
+            let bound = call_bound(&group);
+            let reply = tokio::time::timeout(bound, call.invoke_async::<Vec<i64>>(&mut conn)).await;
+            (idx, reply)
+        }
+    });
+    let mut out = vec![None; holds.len()];
+    for (idx, reply) in futures_util::future::join_all(calls).await {
+        if let Ok(Ok(v)) = reply {
+            for (i, x) in idx.into_iter().zip(v) {
+                out[i] = Some(x == 1);
+            }
+        }
+    }
+    out
+}
+
+fn kind_of(holds: &[Arc<Hold>]) -> &dyn LockKind {
+    &*holds[0].kind
+}
+
+/// One node's share of the batch cut into renew calls: runs of one kind, at most [`CHUNK`]
+/// keys each (indices into the batch).
+fn chunks(batch: &[Arc<Hold>], mut idx: Vec<usize>) -> Vec<Vec<usize>> {
+    idx.sort_by_key(|&i| batch[i].kind.id());
+    idx.chunk_by(|&a, &b| batch[a].kind.id() == batch[b].kind.id())
+        .flat_map(|run| run.chunks(CHUNK).map(<[usize]>::to_vec))
+        .collect()
+}
+
+/// Records the renewals' outcomes; returns the channels of holds found gone.
+fn apply(
+    s: &Shared,
+    batch: &[Arc<Hold>],
+    results: Vec<Option<bool>>,
+    sent_at: Instant,
+    url: &str,
+) -> Vec<String> {
+    let mut gone = Vec::new();
+    let mut entries = s.entries();
+    let now = Instant::now();
+    for (hold, result) in batch.iter().zip(results) {
+        // Released while the renewal was in flight: the release decided, not us.
+        let Some(e) = entries.get_mut(&hold.id) else {
+            continue;
+        };
+        match result {
+            Some(true) => {
+                // Valid from the send, not the reply: Redis may have set the new expiry the
+                // instant the request arrived.
+                hold.confirm(sent_at);
+                e.due = sent_at + hold.lease / 3;
+            }
+            Some(false) => {
+                hold.mark_lost("watchdog found the lock gone or owned by someone else");
+                entries.remove(&hold.id);
+                gone.push(hold.keys.channel.clone());
+            }
+            None if now >= hold.valid_until() => {
+                hold.mark_lost(&format!(
+                    "redis at {url} unreachable until the lease ran out"
+                ));
+                entries.remove(&hold.id);
+            }
+            None => {
+                // Try again soon: every failed round trip brings the validity deadline closer.
+                e.due = now + (hold.lease / 30).clamp(MIN_RETRY, Duration::from_millis(500));
+            }
+        }
+    }
+    gone
+}
+
+/// Wakes the waiters of locks whose holds vanished without a release (Redis lost them in a
+/// restart or a failover): nobody published a release, so other processes' waiters would
+/// sleep until the PTTL they read before the loss. A waiter woken while someone else took the
+/// lock meanwhile just finds it held and waits again.
+async fn announce_gone(conn: &mut Conn, channels: Vec<String>) {
+    for channel in channels {
+        let sent: redis::RedisResult<i64> = redis::cmd("PUBLISH")
+            .arg(&channel)
+            .arg("released")
+            .query_async(conn)
+            .await;
+        if let Err(e) = sent {
+            tracing::debug!(%channel, error = %e, "dlock watchdog: could not wake the waiters of a lost lock");
+        }
+    }
+}

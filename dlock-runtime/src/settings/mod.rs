@@ -1,0 +1,189 @@
+//! Settings: the plain data a client is built from, filled by `LockClientBuilder` and checked
+//! once by [`Settings::validate`]. Every layer above reads it; nothing here talks to Redis.
+
+mod redact;
+
+use std::time::Duration;
+
+use crate::error::LockError;
+
+pub(crate) use redact::{redact, redact_all};
+
+/// Default lease kept alive by the watchdog (Redisson's `lockWatchdogTimeout`).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// Default time `acquire` waits for a held lock before `LockError::Timeout`.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+/// Default prefix of every Redis key and channel dlock creates.
+pub const DEFAULT_PREFIX: &str = "dlock:";
+
+/// Consecutive local handoffs before a release goes to Redis (see `local_handoffs`).
+const DEFAULT_HANDOFFS: u32 = 32;
+
+/// How long a process may keep a lock among its tasks (see `local_handoff_window`).
+const DEFAULT_HANDOFF_WINDOW: Duration = Duration::from_millis(10);
+
+/// Longest lease a lock may have (`default_ttl`, `.ttl()`, `.lease()`): 100 years, far inside
+/// what Redis's millisecond expiries and tokio's timers can represent.
+pub(crate) const MAX_LEASE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// Longest `response_timeout`, `connect_timeout` and `release_latch`: a day. Longer would only
+/// hide a dead connection (timeouts) or keep one key per release for no purpose (the latch).
+const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+/// Tokens a Redis free -> held transition leaves room for: the token of such a transition is
+/// the Redis counter times this, its local successors add one each. The handoff limit stays
+/// below it, so the sub-sequence never reaches the next Redis token.
+pub(crate) const LOCAL_TOKENS: u64 = 1024;
+
+/// The largest `local_handoffs` setting (see [`LOCAL_TOKENS`]).
+pub(crate) const MAX_HANDOFFS: u32 = (LOCAL_TOKENS - 1) as u32;
+
+/// Which deployment a client talks to.
+#[derive(Clone)]
+pub(crate) enum Target {
+    /// One server: a `redis://` or `rediss://` URL.
+    Single(String),
+    /// A Redis Cluster, found through these seed node URLs.
+    Cluster(Vec<String>),
+    /// A primary managed by Redis Sentinel: the sentinels' URLs and the master's name.
+    Sentinel {
+        sentinels: Vec<String>,
+        master: String,
+    },
+}
+
+/// The client's bounds on keeping a lock in the process (local handoff).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Bounds {
+    /// Consecutive local handoffs before a release goes to Redis; 0 turns handoff off.
+    pub(crate) limit: u32,
+    /// How long after its Redis acquire a lock may still be handed on locally.
+    pub(crate) window: Duration,
+}
+
+/// Everything a client is built from. The builder's setters document each field.
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) target: Target,
+    pub(crate) connections: usize,
+    pub(crate) default_ttl: Duration,
+    pub(crate) default_wait: Duration,
+    pub(crate) prefix: String,
+    pub(crate) response_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) latch_ttl: Duration,
+    pub(crate) handoff: Bounds,
+    /// PEM root certificate(s) to trust for `rediss://` instead of the system's.
+    pub(crate) tls_root: Option<Vec<u8>>,
+    /// ACL user and password for a sentinel-managed primary (the sentinels' own are in their
+    /// URLs).
+    pub(crate) master_auth: (Option<String>, Option<String>),
+}
+
+impl Settings {
+    /// The defaults for a client of `target`.
+    pub(crate) fn new(target: Target) -> Self {
+        Settings {
+            target,
+            connections: 1,
+            default_ttl: DEFAULT_TTL,
+            default_wait: DEFAULT_WAIT,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            response_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            latch_ttl: Duration::from_secs(30),
+            handoff: Bounds {
+                limit: DEFAULT_HANDOFFS,
+                window: DEFAULT_HANDOFF_WINDOW,
+            },
+            tls_root: None,
+            master_auth: (None, None),
+        }
+    }
+
+    /// Refuses settings no client can work with, naming the setting.
+    pub(crate) fn validate(&self) -> Result<(), LockError> {
+        let bad = |reason: String| Err(LockError::invalid("", reason));
+        match &self.target {
+            Target::Cluster(nodes) if nodes.is_empty() => {
+                return bad("a cluster client needs at least one seed node URL".into());
+            }
+            Target::Sentinel { sentinels, .. } if sentinels.is_empty() => {
+                return bad("a sentinel client needs at least one sentinel URL".into());
+            }
+            Target::Sentinel { master, .. } if master.is_empty() => {
+                return bad("a sentinel client needs the master's name".into());
+            }
+            _ => {}
+        }
+        if self.handoff.limit > MAX_HANDOFFS {
+            return bad(format!(
+                "local_handoffs of {} is above the limit of {}: fencing tokens leave room for that many local successors of one Redis acquire",
+                self.handoff.limit, MAX_HANDOFFS
+            ));
+        }
+        if self.handoff.window > MAX_TIMEOUT {
+            return bad(format!(
+                "local_handoff_window of {:?} is above the limit of {MAX_TIMEOUT:?}",
+                self.handoff.window
+            ));
+        }
+        if self.connections == 0 {
+            return bad("connections must be at least 1".into());
+        }
+        if self.prefix.contains(['{', '}']) {
+            return bad(format!(
+                "key prefix {:?} contains a brace; the lock name must be the only hash tag",
+                self.prefix
+            ));
+        }
+        // Every duration ends up as milliseconds in a Redis command (PX, PEXPIRE) or as a timer;
+        // out of range, Redis rejects the command after a script already wrote (it does not roll
+        // back) or a timer overflows. Checked here, once, with the setting's name.
+        for (what, d, max) in [
+            ("default_ttl", self.default_ttl, MAX_LEASE),
+            ("response_timeout", self.response_timeout, MAX_TIMEOUT),
+            ("connect_timeout", self.connect_timeout, MAX_TIMEOUT),
+            ("release_latch", self.latch_ttl, MAX_TIMEOUT),
+        ] {
+            if d.as_millis() == 0 {
+                return bad(format!("{what} must be at least 1 ms, got {d:?}"));
+            }
+            if d > max {
+                return bad(format!("{what} of {d:?} is above the limit of {max:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The deployment's address for messages: its URL(s), passwords removed.
+    pub(crate) fn display_target(&self) -> String {
+        match &self.target {
+            Target::Single(url) => redact(url),
+            Target::Cluster(nodes) => redact_all(nodes),
+            Target::Sentinel { sentinels, master } => {
+                format!("{master} via {}", redact_all(sentinels))
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Settings {
+    // By hand: the URLs may carry passwords, which must never reach a log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockClientBuilder")
+            .field("target", &self.display_target())
+            .field("connections", &self.connections)
+            .field("default_ttl", &self.default_ttl)
+            .field("default_wait", &self.default_wait)
+            .field("prefix", &self.prefix)
+            .field("response_timeout", &self.response_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("release_latch", &self.latch_ttl)
+            .field("local_handoffs", &self.handoff.limit)
+            .field("local_handoff_window", &self.handoff.window)
+            .field("tls_root_certificates", &self.tls_root.is_some())
+            .field("master_user", &self.master_auth.0)
+            .finish()
+    }
+}
