@@ -75,7 +75,7 @@ pub(crate) trait LockKind: Send + Sync + std::fmt::Debug {
     }
 
     /// Whether a released hold may go to the next task of this client queued for the key
-    /// without a release and an acquire in Redis (see `handoff.rs`): kinds where the next
+    /// without a release and an acquire in Redis (see `machinery/release.rs`): kinds where the next
     /// holder would hold exactly what the last one did, under the same owner entry.
     fn hands_over_locally(&self) -> bool {
         false

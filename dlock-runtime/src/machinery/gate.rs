@@ -7,9 +7,9 @@
 //! Other processes still compete through Redis and pub/sub.
 //!
 //! A turn is passed to the next waiter as a [`Turn`]: either "your go at Redis", or, when the
-//! holder hands its lock over without releasing it in Redis (see `handoff.rs`), the hold itself.
+//! holder hands its lock over without releasing it in Redis (see `release.rs`), the hold itself.
 //! The gate sits below the hold it carries (a hold keeps its gate pass), so it carries the
-//! handed-over hold as an opaque box; `handoff.rs` makes and opens it.
+//! handed-over hold as an opaque box; `release.rs` makes and opens it.
 //! Whatever a cancelled waiter was sent is dropped with its channel, and dropping a turn passes
 //! it on, so no turn and no hold is ever stranded in a queue.
 
@@ -59,7 +59,7 @@ pub(crate) struct GatePass {
     key: String,
     queue: Arc<Mutex<Queue>>,
     /// How long the next contender should let other processes go first: set when this pass
-    /// leaves after a release that ended a run of local handoffs (see `handoff.rs`).
+    /// leaves after a release that ended a run of local handoffs (see `release.rs`).
     pub(crate) courtesy: Option<Duration>,
     /// False once the turn moved on by other means (a pass returned from a failed send).
     armed: bool,
