@@ -12,7 +12,7 @@
 //! attribute keeps the function an ordinary axum handler (same signature, `Send` future), and
 //! different orders take different locks, so they are paid in parallel.
 //!
-//! `tests/service.rs` starts two instances of this app on free ports and fires 50 concurrent
+//! `tests/attribute/service.rs` starts two instances of this app on free ports and fires 50 concurrent
 //! payments of one order at them.
 
 use std::future::Future;
@@ -189,7 +189,7 @@ impl IntoResponse for AppError {
     }
 }
 
-// `tests/service.rs` includes this file as a module and starts `app` itself.
+// `tests/attribute/service.rs` includes this file as a module and starts `app` itself.
 #[allow(dead_code)]
 #[tokio::main]
 async fn main() {

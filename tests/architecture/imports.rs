@@ -106,7 +106,8 @@ fn strip_test_modules(text: &str) -> String {
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
         let attr = line.trim();
-        let is_test_attr = attr.starts_with("#[cfg(") && (attr.contains("(test)") || attr.contains("(test,"));
+        let is_test_attr =
+            attr.starts_with("#[cfg(") && (attr.contains("(test)") || attr.contains("(test,"));
         let next_is_mod = lines
             .peek()
             .is_some_and(|l| l.trim_start().starts_with("mod ") && l.trim_end().ends_with('{'));

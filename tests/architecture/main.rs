@@ -50,7 +50,14 @@ fn macro_files_import_no_cycle() {
 
 /// The runtime's layers, bottom first (ARCHITECTURE.md): a file may import its own layer and
 /// the ones below. `lib.rs` declares and re-exports them all; `testing` is a feature of its own.
-const LAYERS: [&str; 6] = ["settings", "backend", "kinds", "machinery", "handles", "testing"];
+const LAYERS: [&str; 6] = [
+    "settings",
+    "backend",
+    "kinds",
+    "machinery",
+    "handles",
+    "testing",
+];
 
 /// The layer of a runtime file: its top folder; `error.rs` is plain data beside the settings.
 fn layer(file: &str) -> usize {

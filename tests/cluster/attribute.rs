@@ -1,5 +1,5 @@
 //! `#[distributed_lock]` with a cluster client passed as an argument (the installed-client form
-//! is in `tests/cluster_global.rs`: installing is process-wide).
+//! is in `tests/alone/cluster_global.rs`: installing is process-wide).
 
 use std::collections::BTreeSet;
 use std::time::Duration;

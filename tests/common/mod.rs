@@ -205,3 +205,14 @@ pub async fn queued(lock: &dlock::Lock) -> Acquiring {
     );
     fut
 }
+
+/// The name libtest knows test function `f` by, in the module whose `module_path!()` is
+/// `module_path`: `fence::child_process_entry` in an area binary (the crate's own name is not
+/// part of it), plain `f` in a binary of its own. A child process re-runs one test of its own
+/// binary with `--exact` and this name.
+pub fn test_path(module_path: &str, f: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_, module)) => format!("{module}::{f}"),
+        None => f.to_owned(),
+    }
+}

@@ -21,7 +21,7 @@
 //! connections first (`connections(n)`, default 1, one after the other, each awaited) and then
 //! its one pub/sub subscriber connection, so with the default settings connection 0 carries
 //! commands and connection 1 is the subscriber (`client.rs`, `from_builder`; checked by
-//! `tests/proxy_selftest.rs`). Connections the client opens later (reconnects) get the next
+//! `tests/support/proxy.rs`). Connections the client opens later (reconnects) get the next
 //! numbers.
 
 use std::io;

@@ -4,7 +4,7 @@
 //! never saw the script) it re-sends the call as EVAL with the script's text, which also puts the
 //! script back in the server's cache. redis-rs's own `Script::invoke_async` instead does SCRIPT
 //! LOAD then EVALSHA again, and a flush landing between those two fails the call: for a release
-//! that would leave the lock held by nobody until its TTL (found by tests/lock_faults.rs).
+//! that would leave the lock held by nobody until its TTL (found by tests/trust/faults.rs).
 //! The scripts themselves are `.lua` files under `dlock-runtime/lua/`, one folder per lock kind
 //! (loaded by that kind's file under `kinds/`), plus `stock/` and `fence/`.
 

@@ -1,0 +1,128 @@
+//! The pause after a run of local handoffs ended by a bound: taken only when another client
+//! was listening for the release. Its own test binary: it reads the client's debug log, and
+//! tracing caches whether a log line is enabled per call site, from whichever thread reaches it
+//! first (tokio-rs/tracing#3611); other tests' threads without a subscriber must not get there
+//! first.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use std::future::Future;
+use std::time::Duration;
+
+use common::queued;
+use dlock::{LockClient, LockGuard};
+
+/// Tokens a Redis acquire leaves room for (see `LockGuard::fencing_token`).
+const LOCAL_TOKENS: u64 = 1024;
+
+/// What the client logs when the next local contender pauses for another process.
+const PAUSE: &str = "letting another process go first";
+
+/// Debug lines logged on this thread from now until the returned guard is dropped.
+fn capture_logs() -> (
+    std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    tracing::subscriber::DefaultGuard,
+) {
+    let logs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(move || Sink(sink.clone()))
+        .finish();
+    (logs, tracing::subscriber::set_default(subscriber))
+}
+
+struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn pauses(logs: &std::sync::Mutex<Vec<u8>>) -> usize {
+    String::from_utf8_lossy(&logs.lock().unwrap())
+        .matches(PAUSE)
+        .count()
+}
+
+/// A run of handoffs ended by the limit (1 here): the holder hands to `second`, whose release
+/// goes to Redis after `before_the_end` ran; returns the next local contender's guard (it
+/// contends in Redis) and what `before_the_end` returned.
+async fn run_to_the_limit<T>(
+    lock: &dlock::Lock,
+    before_the_end: impl Future<Output = T>,
+) -> (LockGuard, T) {
+    let first = lock.acquire().await.unwrap();
+    let mut second = queued(lock).await;
+    let mut third = queued(lock).await;
+    first.release().await.unwrap();
+    let second = second.as_mut().await.unwrap();
+    assert_eq!(second.fencing_token() % LOCAL_TOKENS, 1, "not handed over");
+    let before = before_the_end.await;
+    second.release().await.unwrap();
+    (third.as_mut().await.unwrap(), before)
+}
+
+// Current-thread runtime: the log capture is per thread, and the contender runs on this one.
+#[tokio::test]
+async fn a_run_ended_with_nobody_else_listening_goes_on_without_a_pause() {
+    let server = common::server();
+    let busy = LockClient::builder(server.url())
+        .local_handoffs(1)
+        .local_handoff_window(Duration::from_secs(60))
+        .build()
+        .await
+        .expect("connect");
+    let lock = busy.lock("handoff:alone").wait(Duration::from_secs(30));
+    let (logs, _capture) = capture_logs();
+    let (third, ()) = run_to_the_limit(&lock, async {}).await;
+    assert_eq!(
+        third.fencing_token() % LOCAL_TOKENS,
+        0,
+        "the run did not end in Redis"
+    );
+    assert_eq!(pauses(&logs), 0, "paused although nobody else was waiting");
+    third.release().await.unwrap();
+
+    // The same run with another client waiting (subscribed) when it ends: the next local
+    // contender pauses so that client can go first.
+    let other = common::client(&server).await;
+    let waiter = other.lock("handoff:alone").wait(Duration::from_secs(30));
+    // Yields the waiter's task handle, awaited once the run has ended.
+    #[allow(clippy::async_yields_async)]
+    let subscribed = async {
+        let waiting = tokio::spawn(async move { waiter.acquire().await?.release().await });
+        common::eventually(
+            Duration::from_secs(5),
+            "the other client subscribed",
+            || {
+                let url = server.url();
+                let channel = lock.channel().to_owned();
+                async move {
+                    let n: Vec<(String, i64)> = dlock::redis::cmd("PUBSUB")
+                        .arg("NUMSUB")
+                        .arg(&channel)
+                        .query_async(&mut common::raw(&url).await)
+                        .await
+                        .unwrap();
+                    n[0].1 > 0
+                }
+            },
+        )
+        .await;
+        waiting
+    };
+    let (third, waiting) = run_to_the_limit(&lock, subscribed).await;
+    assert_eq!(pauses(&logs), 1, "no pause for the waiting client");
+    third.release().await.unwrap();
+    waiting
+        .await
+        .unwrap()
+        .expect("the other client got its turn");
+}

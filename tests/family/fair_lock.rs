@@ -1,0 +1,267 @@
+//! The fair lock: first come, first served across clients and processes; a release hands the
+//! lock to the head of the Redis-side queue, which holds without asking again; queue places
+//! are kept alive by their waiters and judged stale by the server's clock.
+//!
+//! The SIGKILL test re-executes this binary (`--exact child_process_entry`) with
+//! `DLOCK_FAIR_CHILD_URL` set: the child queues for the lock and is killed while queued.
+
+use crate::common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use dlock::{LockClient, LockError};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+const QUEUE: &str = "dlock:{line}:fair:queue";
+
+/// The child side: queue for `line` (held by the parent) until killed.
+#[test]
+fn child_process_entry() {
+    let Ok(url) = std::env::var("DLOCK_FAIR_CHILD_URL") else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let client = LockClient::connect(&url).await.unwrap();
+        println!("QUEUEING");
+        let got = client
+            .fair_lock("line")
+            .wait(Duration::from_secs(60))
+            .acquire()
+            .await;
+        println!("GOT {}", got.is_ok());
+        std::future::pending::<()>().await;
+    });
+}
+
+async fn queue_len(raw: &mut dlock::redis::aio::MultiplexedConnection) -> usize {
+    dlock::redis::cmd("ZCARD")
+        .arg(QUEUE)
+        .query_async(raw)
+        .await
+        .unwrap()
+}
+
+/// Starts a waiter of `client` that reports `tag` on `order` when it holds, then releases;
+/// returns once Redis shows it queued (queue length `place`).
+async fn queue_up(
+    client: &LockClient,
+    tag: &'static str,
+    order: &mpsc::UnboundedSender<&'static str>,
+    raw: &mut dlock::redis::aio::MultiplexedConnection,
+    place: usize,
+) -> tokio::task::JoinHandle<Result<(), LockError>> {
+    let lock = client.fair_lock("line").wait(Duration::from_secs(20));
+    let order = order.clone();
+    let task = tokio::spawn(async move {
+        let guard = lock.acquire().await?;
+        order.send(tag).unwrap();
+        guard.release().await
+    });
+    let mut raw2 = raw.clone();
+    common::eventually(Duration::from_secs(5), "the waiter is queued", || {
+        let mut raw = raw2.clone();
+        async move { queue_len(&mut raw).await == place }
+    })
+    .await;
+    raw2 = raw.clone();
+    drop(raw2);
+    task
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_queued_in_a_known_order_acquire_in_that_order() {
+    let server = common::server();
+    let holder = common::client(&server).await;
+    let mut raw = common::raw(&server.url()).await;
+    let clients = [
+        common::client(&server).await,
+        common::client(&server).await,
+        common::client(&server).await,
+    ];
+    let held = holder.fair_lock("line").acquire().await.unwrap();
+    let first_token = held.fencing_token();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    // Queued in the order c, a, b: not the order the clients were made in.
+    let c = queue_up(&clients[2], "c", &tx, &mut raw, 1).await;
+    let a = queue_up(&clients[0], "a", &tx, &mut raw, 2).await;
+    let b = queue_up(&clients[1], "b", &tx, &mut raw, 3).await;
+    held.release().await.unwrap();
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let tag = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("each waiter gets its turn")
+            .unwrap();
+        got.push(tag);
+    }
+    assert_eq!(got, ["c", "a", "b"]);
+    for t in [a, b, c] {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(queue_len(&mut raw).await, 0);
+    let again = holder.fair_lock("line").acquire().await.unwrap();
+    assert!(again.fencing_token() > first_token);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_times_out_or_is_cancelled_leaves_the_queue_at_once() {
+    let server = common::server();
+    let holder = common::client(&server).await;
+    let quitter = common::client(&server).await;
+    let next = common::client(&server).await;
+    let mut raw = common::raw(&server.url()).await;
+    let held = holder.fair_lock("line").acquire().await.unwrap();
+
+    // Cancelled: the future is dropped while queued.
+    let cancelled = tokio::spawn({
+        let lock = quitter.fair_lock("line").wait(Duration::from_secs(30));
+        async move { lock.acquire().await.map(|_| ()) }
+    });
+    common::eventually(Duration::from_secs(5), "queued", || {
+        let mut raw = raw.clone();
+        async move { queue_len(&mut raw).await == 1 }
+    })
+    .await;
+    cancelled.abort();
+    common::eventually(Duration::from_secs(2), "the cancelled waiter left", || {
+        let mut raw = raw.clone();
+        async move { queue_len(&mut raw).await == 0 }
+    })
+    .await;
+
+    // Timed out: gone by the time the error is returned.
+    let err = quitter
+        .fair_lock("line")
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    assert_eq!(queue_len(&mut raw).await, 0);
+
+    // Neither blocks the next waiter: it gets the lock right after the release.
+    let waiting = tokio::spawn({
+        let lock = next.fair_lock("line").wait(Duration::from_secs(10));
+        async move { lock.acquire().await.map(|g| (Instant::now(), g)) }
+    });
+    common::eventually(Duration::from_secs(5), "queued", || {
+        let mut raw = raw.clone();
+        async move { queue_len(&mut raw).await == 1 }
+    })
+    .await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (got_at, guard) = waiting.await.unwrap().unwrap();
+    assert!(
+        got_at - released < Duration::from_secs(1),
+        "handed over in {:?}",
+        got_at - released
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_queued_waiter_is_skipped_within_the_bound() {
+    let server = common::server();
+    let holder = common::client(&server).await;
+    let next = common::client(&server).await;
+    let mut raw = common::raw(&server.url()).await;
+    let held = holder.fair_lock("line").acquire().await.unwrap();
+
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            common::test_path(module_path!(), "child_process_entry").as_str(),
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("DLOCK_FAIR_CHILD_URL", server.url())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        // The harness prints "test child_process_entry ... " on the same line first.
+        if line.ends_with("QUEUEING") {
+            break;
+        }
+    }
+    common::eventually(Duration::from_secs(10), "the child is queued", || {
+        let mut raw = raw.clone();
+        async move { queue_len(&mut raw).await == 1 }
+    })
+    .await;
+    // Then a live waiter behind it.
+    let waiting = tokio::spawn({
+        let lock = next.fair_lock("line").wait(Duration::from_secs(30));
+        async move { lock.acquire().await.map(|g| (Instant::now(), g)) }
+    });
+    common::eventually(Duration::from_secs(5), "the live waiter is queued", || {
+        let mut raw = raw.clone();
+        async move { queue_len(&mut raw).await == 2 }
+    })
+    .await;
+    child.kill().await.unwrap();
+    let killed = Instant::now();
+    // The dead waiter stops keeping its place: it is dropped once its keep-alive deadline
+    // (KEEP_PLACE = 2 s after its last visit, made at most 2/3 s before the kill) passes in
+    // server time, by the live waiter's next visit. Not before 1 s, within 4 s.
+    common::eventually(
+        Duration::from_secs(6),
+        "the dead waiter's place is dropped",
+        || {
+            let mut raw = raw.clone();
+            async move { queue_len(&mut raw).await == 1 }
+        },
+    )
+    .await;
+    let dropped = killed.elapsed();
+    assert!(
+        dropped > Duration::from_secs(1) && dropped < Duration::from_secs(4),
+        "dropped after {dropped:?}"
+    );
+    // Skipped: the release hands the lock straight to the live waiter, not to the dead one.
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (got_at, guard) = waiting
+        .await
+        .unwrap()
+        .expect("the live waiter gets the lock");
+    let took = got_at - released;
+    assert!(took < Duration::from_secs(1), "handed over after {took:?}");
+    assert_eq!(queue_len(&mut raw).await, 0);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentry_and_exclusion_work_like_the_plain_lock() {
+    let server = common::server();
+    let a = common::client(&server).await;
+    let b = common::client(&server).await;
+    let lock = a.fair_lock("line");
+    let outer = lock.acquire().await.unwrap();
+    let inner = outer
+        .scope(async { lock.clone().wait(Duration::ZERO).acquire().await })
+        .await
+        .unwrap();
+    assert_eq!(inner.hold_count(), 2);
+    assert!(b.fair_lock("line").try_acquire().await.unwrap().is_none());
+    inner.release().await.unwrap();
+    assert!(b.fair_lock("line").try_acquire().await.unwrap().is_none());
+    // A plain lock of the same name is another lock.
+    let plain = b.lock("line").try_acquire().await.unwrap();
+    assert!(plain.is_some());
+    outer.release().await.unwrap();
+    let g = b.fair_lock("line").try_acquire().await.unwrap();
+    assert!(g.is_some());
+}

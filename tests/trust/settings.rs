@@ -1,0 +1,407 @@
+//! Settings, scripts and errors one can trust (issue 7, items 8, 9, 10 and 11):
+//!
+//! * item 8: every builder setting out of range is refused at `build()` with
+//!   `LockError::InvalidArgument` naming the setting; a wrong-typed fencing counter fails the
+//!   acquire without leaving half its work (a lock hash) behind;
+//! * item 9: a hard lease is not re-armed by a re-entry;
+//! * item 10: a WRONGTYPE error names the key that is wrong and what that key is for;
+//! * item 11: the watchdog renews at a third of the lease, not more often.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use dlock::testing::RedisServer;
+use dlock::{LockClient, LockClientBuilder, LockError, SegmentedStock};
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+
+type Setting = fn(LockClientBuilder, Duration) -> LockClientBuilder;
+
+/// The duration settings of the builder, with their names as an error must spell them.
+fn settings() -> [(&'static str, Setting); 4] {
+    [
+        ("release_latch", |b, d| b.release_latch(d)),
+        ("response_timeout", |b, d| b.response_timeout(d)),
+        ("connect_timeout", |b, d| b.connect_timeout(d)),
+        ("default_ttl", |b, d| b.default_ttl(d)),
+    ]
+}
+
+/// The largest value each setting accepts: 24 h for the latch and the timeouts, the per-lock
+/// limit of 100 years for the default lease.
+fn limit(setting: &str) -> Duration {
+    if setting == "default_ttl" {
+        100 * YEAR
+    } else {
+        DAY
+    }
+}
+
+/// What `build()` made of one setting.
+enum Outcome {
+    /// `LockError::InvalidArgument` with this reason.
+    Refused(String),
+    Accepted,
+    OtherError(String),
+    Panicked,
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Refused(reason) => write!(f, "refused: {reason}"),
+            Outcome::Accepted => write!(f, "accepted by build()"),
+            Outcome::OtherError(e) => write!(f, "build() failed with another error: {e}"),
+            Outcome::Panicked => write!(f, "build() panicked"),
+        }
+    }
+}
+
+/// Builds a client in its own task so that a panic inside `build()` is reported as an outcome
+/// (a panic is never an acceptable answer to a setting) rather than ending the test early.
+async fn try_build(url: &str, setting: Setting, value: Duration) -> Outcome {
+    let builder = setting(LockClient::builder(url), value);
+    match tokio::spawn(builder.build()).await {
+        Ok(Ok(_client)) => Outcome::Accepted,
+        Ok(Err(LockError::InvalidArgument { reason, .. })) => Outcome::Refused(reason),
+        Ok(Err(other)) => Outcome::OtherError(other.to_string()),
+        Err(join) if join.is_panic() => Outcome::Panicked,
+        Err(join) => Outcome::OtherError(join.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_range_settings_are_refused_at_build_naming_the_setting() {
+    let server = common::server();
+    let url = server.url();
+    let mut wrong = Vec::new();
+    for (name, setting) in settings() {
+        let too_long = limit(name) + Duration::from_millis(1);
+        for value in [Duration::MAX, too_long, Duration::ZERO] {
+            let outcome = try_build(&url, setting, value).await;
+            println!("{name}({value:?}): {outcome}");
+            if !matches!(&outcome, Outcome::Refused(reason) if reason.contains(name)) {
+                wrong.push(format!("{name}({value:?}): {outcome}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "settings not refused with InvalidArgument naming them:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// Guard test (passes on the old code too): the limits themselves are accepted, and so is
+/// `default_wait(Duration::MAX)` ("as long as it takes").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_at_their_limits_and_an_endless_default_wait_are_accepted() {
+    let server = common::server();
+    let url = server.url();
+    for (name, setting) in settings() {
+        // 99 years: clear of any rounding of "100 years".
+        let value = if name == "default_ttl" {
+            99 * YEAR
+        } else {
+            limit(name)
+        };
+        let client = setting(LockClient::builder(&url), value)
+            .build()
+            .await
+            .unwrap_or_else(|e| panic!("{name}({value:?}) refused: {e}"));
+        println!("{name}({value:?}): accepted");
+        drop(client);
+    }
+    let client = LockClient::builder(&url)
+        .default_wait(Duration::MAX)
+        .build()
+        .await
+        .expect("default_wait(Duration::MAX) refused");
+    let other = common::client(&server).await;
+    let guard = client
+        .lock("trust:settings:endless-wait")
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("acquire with an endless default wait");
+    assert!(other
+        .lock("trust:settings:endless-wait")
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    guard.release().await.expect("release");
+}
+
+async fn raw_set(conn: &mut dlock::redis::aio::MultiplexedConnection, args: &[&str]) {
+    let mut cmd = dlock::redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    let _: dlock::redis::Value = cmd
+        .query_async(conn)
+        .await
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+}
+
+async fn key_type(conn: &mut dlock::redis::aio::MultiplexedConnection, key: &str) -> String {
+    dlock::redis::cmd("TYPE")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("TYPE")
+}
+
+/// Guard test (passes on the old code too): a fencing counter that is not a number, or not a
+/// string at all, fails the acquire before anything is written: no lock hash is left behind
+/// (a lock nobody holds and nobody releases), and the foreign value is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_typed_fencing_counter_fails_the_acquire_and_leaves_no_lock() {
+    let server = common::server();
+    let client = common::client(&server).await;
+    let mut conn = common::raw(&server.url()).await;
+    for (case, setup, kind) in [
+        ("not a number", &["SET", "", "notanumber"][..], "string"),
+        ("a list", &["RPUSH", "", "x"][..], "list"),
+    ] {
+        let lock = client
+            .lock(format!("trust:settings:fence:{kind}"))
+            .wait(Duration::ZERO);
+        let fence = format!("{}:fence", lock.key());
+        let mut args = setup.to_vec();
+        args[1] = &fence;
+        raw_set(&mut conn, &args).await;
+
+        let result = lock.acquire().await;
+        println!("fencing counter {case}: {result:?}");
+        assert!(
+            result.is_err(),
+            "{case}: acquire succeeded over a broken fencing counter"
+        );
+        let exists: i64 = dlock::redis::cmd("EXISTS")
+            .arg(lock.key())
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(exists, 0, "{case}: the failed acquire left a lock hash");
+        assert_eq!(key_type(&mut conn, &fence).await, kind, "{case}: counter");
+        if kind == "string" {
+            let v: String = dlock::redis::cmd("GET")
+                .arg(&fence)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(v, "notanumber", "{case}: the foreign value was overwritten");
+        }
+    }
+}
+
+/// Item 9: re-entering a hard lease does not extend it. Lease 1 s, re-entered at 0.8 s: at
+/// 1.4 s the key is gone and both guards say lost (a re-armed lease would last until 1.8 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hard_lease_is_not_rearmed_by_reentry() {
+    let server = common::server();
+    let client = common::client(&server).await;
+    let mut conn = common::raw(&server.url()).await;
+    let lock = client
+        .lock("trust:settings:hard-lease")
+        .lease(Duration::from_secs(1));
+    let key = lock.key().to_owned();
+    let start = Instant::now();
+    let outer = lock.acquire().await.expect("acquire");
+    tokio::time::sleep_until((start + Duration::from_millis(800)).into()).await;
+    let (pttl, inner_lost, outer_lost) = outer
+        .scope(async {
+            let inner = lock.acquire().await.expect("re-entry at 0.8 s");
+            let pttl_after_reentry: i64 = dlock::redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut conn.clone())
+                .await
+                .unwrap();
+            println!(
+                "re-entered at {:?}: hold count {}, PTTL {pttl_after_reentry} ms",
+                start.elapsed(),
+                inner.hold_count()
+            );
+            tokio::time::sleep_until((start + Duration::from_millis(1400)).into()).await;
+            let pttl: i64 = dlock::redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let inner_lost = inner.is_lost();
+            drop(inner);
+            (pttl, inner_lost, outer.is_lost())
+        })
+        .await;
+    println!(
+        "at {:?}: PTTL {pttl}, inner lost {inner_lost}, outer lost {outer_lost}",
+        start.elapsed()
+    );
+    drop(outer);
+    assert_eq!(
+        pttl, -2,
+        "the 1 s hard lease still exists at 1.4 s (PTTL {pttl} ms): the re-entry re-armed it"
+    );
+    assert!(
+        inner_lost,
+        "the re-entered guard is not lost after the lease"
+    );
+    assert!(outer_lost, "the outer guard is not lost after the lease");
+}
+
+/// Checks a WRONGTYPE error: the variant, the key it names, and words saying what that key is.
+/// Returns what is wrong with it, if anything.
+fn wrong_type_problem(e: &LockError, expected_key: &str, role: &str) -> Option<String> {
+    let text = e.to_string();
+    println!("{role}: {e:?}\n  {text}");
+    match e {
+        LockError::WrongType { key, .. } if key != expected_key => Some(format!(
+            "names {key}, not the {role} {expected_key}: {text}"
+        )),
+        LockError::WrongType { .. } if !text.contains(expected_key) => {
+            Some(format!("message lacks the key {expected_key}: {text}"))
+        }
+        LockError::WrongType { .. } if !text.contains(role) => {
+            Some(format!("message does not say \"{role}\": {text}"))
+        }
+        LockError::WrongType { .. } => None,
+        other => Some(format!(
+            "expected WrongType naming the {role} {expected_key}, got {other:?}"
+        )),
+    }
+}
+
+fn check_wrong_type(e: &LockError, expected_key: &str, role: &str) {
+    if let Some(problem) = wrong_type_problem(e, expected_key, role) {
+        panic!("{problem}");
+    }
+}
+
+/// Item 10: a fencing counter that is not a counter (a list, or a string that is not a
+/// number) names the counter, not the lock key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_typed_fencing_counter_is_named_in_the_error() {
+    let server = common::server();
+    let client = common::client(&server).await;
+    let mut conn = common::raw(&server.url()).await;
+    let mut problems = Vec::new();
+    for (case, command, value) in [("list", "RPUSH", "x"), ("string", "SET", "notanumber")] {
+        let lock = client
+            .lock(format!("trust:errors:fence:{case}"))
+            .wait(Duration::ZERO);
+        let fence = format!("{}:fence", lock.key());
+        raw_set(&mut conn, &[command, &fence, value]).await;
+        let e = lock
+            .acquire()
+            .await
+            .expect_err("acquire over a broken counter");
+        print!("({case}) ");
+        if let Some(problem) = wrong_type_problem(&e, &fence, "fencing counter") {
+            problems.push(format!("{case}: {problem}"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Item 10: a string at the lock key names the lock key and says it should be the lock hash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_typed_lock_hash_is_named_in_the_error() {
+    let server = common::server();
+    let client = common::client(&server).await;
+    let mut conn = common::raw(&server.url()).await;
+    let lock = client.lock("trust:errors:hash").wait(Duration::ZERO);
+    raw_set(&mut conn, &["SET", lock.key(), "x"]).await;
+    let e = lock.acquire().await.expect_err("acquire over a string");
+    check_wrong_type(&e, lock.key(), "lock hash");
+}
+
+/// Item 10: a string where a stock segment should be names that segment's key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_typed_stock_segment_is_named_in_the_error() {
+    let server = common::server();
+    let client = common::client(&server).await;
+    let mut conn = common::raw(&server.url()).await;
+    let stock = SegmentedStock::new(&client, "trust:errors:sku", 4).expect("stock");
+    let _ = stock.init(40).await.expect("init");
+    let order = "order-1";
+    let home = stock.home_segment(order);
+    let segment = stock.segment_key(home).to_owned();
+    raw_set(&mut conn, &["SET", &segment, "x"]).await;
+    let e = match stock.take(order, 1).await {
+        Err(e) => e,
+        Ok(t) => panic!("take over a broken segment: {t:?}"),
+    };
+    check_wrong_type(&e, &segment, "stock segment");
+}
+
+/// Sum of successful script calls (EVAL, EVALSHA and FCALL, read-only variants included) in
+/// `INFO commandstats`: NOSCRIPT replies count as failed calls and are left out.
+async fn script_calls(conn: &mut dlock::redis::aio::MultiplexedConnection) -> (u64, String) {
+    let info: String = dlock::redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO commandstats");
+    let mut total = 0;
+    let mut lines = Vec::new();
+    for line in info.lines() {
+        let Some((cmd, stats)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        if !(cmd.starts_with("eval") || cmd.starts_with("fcall")) {
+            continue;
+        }
+        let field = |name: &str| -> u64 {
+            stats
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        total += field("calls") - field("failed_calls") - field("rejected_calls");
+        lines.push(line.to_owned());
+    }
+    (total, lines.join("; "))
+}
+
+/// Item 11: one lock with a 6 s lease held for 12 s, alone on its server, is renewed at a third
+/// of its lease: 3 to 8 renewals, not one every sixth of the lease (11 or 12).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_renews_at_a_third_of_the_lease() {
+    let server = RedisServer::start().expect("redis-server");
+    let client = common::client(&server).await;
+    let mut conn = common::raw(&server.url()).await;
+    let ttl = Duration::from_secs(6);
+    let hold = Duration::from_secs(12);
+    let guard = client
+        .lock("trust:settings:renewal")
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("acquire");
+    // The acquire's own script calls are done: everything from here until the release is the
+    // watchdog's renewals.
+    let (before, _) = script_calls(&mut conn).await;
+    let start = Instant::now();
+    tokio::time::sleep(hold).await;
+    let (after, detail) = script_calls(&mut conn).await;
+    let held = start.elapsed();
+    assert!(!guard.is_lost(), "lost the lock while holding it");
+    guard.release().await.expect("release");
+    let renewals = after - before;
+    println!(
+        "ttl {ttl:?} held {held:?}: {renewals} renew script calls (one per {:?}); {detail}",
+        held / renewals.max(1) as u32
+    );
+    assert!(
+        (3..=8).contains(&renewals),
+        "{renewals} renewals in {held:?} of a {ttl:?} lease; expected 3 to 8 (every third of \
+         the lease)"
+    );
+}
