@@ -6,13 +6,11 @@
 //! `DLOCK_FAIR_CHILD_URL` set: the child queues for the lock and is killed while queued.
 
 use crate::common;
+use crate::common::child;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use dlock::{LockClient, LockError};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -177,19 +175,9 @@ async fn a_sigkilled_queued_waiter_is_skipped_within_the_bound() {
     let mut raw = common::raw(&server.url()).await;
     let held = holder.fair_lock("line").acquire().await.unwrap();
 
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            common::test_path(module_path!(), "child_process_entry").as_str(),
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("DLOCK_FAIR_CHILD_URL", server.url())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = server.url();
+    let env = [("DLOCK_FAIR_CHILD_URL", url.as_str())];
+    let (mut child, mut lines) = child::spawn(module_path!(), "child_process_entry", &env);
     while let Some(line) = lines.next_line().await.unwrap() {
         // The harness prints "test child_process_entry ... " on the same line first.
         if line.ends_with("QUEUEING") {

@@ -6,15 +6,15 @@
 //! for the parent's "WRITE" line on stdin before its late write.
 
 use crate::common;
+use crate::common::child::{self, ChildLines};
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use dlock::fence::{self, Fenced, Outcome};
 use dlock::redis::aio::MultiplexedConnection;
 use dlock::{LockClient, LockError};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::io::AsyncWriteExt;
+use tokio::process::Child;
 
 /// The lock that guards the resource, and the resource's key, in the fault test.
 const LOCK: &str = "report";
@@ -257,39 +257,12 @@ fn describe(out: Outcome) -> String {
 }
 
 /// Starts this test binary as the stale writer, killed if the test fails.
-fn spawn_child(url: &str) -> (Child, Lines<BufReader<ChildStdout>>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            common::test_path(module_path!(), "child_process_entry").as_str(),
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("DLOCK_CHILD_URL", url)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn child test process");
-    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    (child, lines)
-}
-
-/// The child's next message starting with `prefix`, from there to the end of its line (libtest
-/// prints "test child_process_entry ... " before the first one); panics after 30 s or at the
-/// end of its output.
-async fn expect_line(lines: &mut Lines<BufReader<ChildStdout>>, prefix: &str) -> String {
-    let read = async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(at) = line.find(prefix) {
-                return line[at..].to_owned();
-            }
-        }
-        panic!("child exited without printing {prefix:?}");
-    };
-    tokio::time::timeout(Duration::from_secs(30), read)
-        .await
-        .unwrap_or_else(|_| panic!("child did not print {prefix:?} within 30 s"))
+fn spawn_child(url: &str) -> (Child, ChildLines) {
+    child::spawn(
+        module_path!(),
+        "child_process_entry",
+        &[("DLOCK_CHILD_URL", url)],
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -298,7 +271,7 @@ async fn a_holder_stopped_past_its_lease_is_refused_by_the_store_after_the_next_
     let client = common::client(&server).await;
     let mut store = common::raw(&server.url()).await;
     let (mut child, mut lines) = spawn_child(&server.url());
-    let held = expect_line(&mut lines, "HELD").await;
+    let held = child::expect_line(&mut lines, "HELD").await;
     let words: Vec<&str> = held.split_whitespace().collect();
     let old_token: u64 = words[1].parse().unwrap();
     assert_eq!(
@@ -327,7 +300,7 @@ async fn a_holder_stopped_past_its_lease_is_refused_by_the_store_after_the_next_
     drop(stopped);
 
     assert_eq!(
-        expect_line(&mut lines, "LATE").await,
+        child::expect_line(&mut lines, "LATE").await,
         format!("LATE stale {new_token}"),
         "the old holder's late write was not refused"
     );

@@ -12,10 +12,10 @@
 //! tests/lock/processes.rs.
 
 use crate::common;
+use crate::common::child::{self, ChildLines};
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,8 +23,7 @@ use std::time::{Duration, Instant};
 use dlock::redis::aio::MultiplexedConnection;
 use dlock::{LockClient, LockError};
 use futures_util::StreamExt;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::Child;
 use tokio::sync::Barrier;
 
 // ---------------------------------------------------------------------------------------------
@@ -208,42 +207,13 @@ fn child_process_entry() {
 }
 
 /// Starts this test binary as a child in `mode` on the lock `name`; killed if the test fails.
-fn spawn_child(url: &str, mode: &str, name: &str) -> (Child, Lines<BufReader<ChildStdout>>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            common::test_path(module_path!(), "child_process_entry").as_str(),
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("DLOCK_CHILD_URL", url)
-        .env("DLOCK_CHILD_MODE", mode)
-        .env("DLOCK_CHILD_NAME", name)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn child test process");
-    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    (child, lines)
-}
-
-/// The child's next message starting with `prefix` (libtest may print its own text before it
-/// on the same line); panics after 30 s or at the end of its output.
-async fn expect_line(lines: &mut Lines<BufReader<ChildStdout>>, prefix: &str) -> String {
-    let read = async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(at) = line.find(prefix) {
-                return line[at..].to_owned();
-            }
-        }
-        panic!("child exited without printing {prefix:?}");
-    };
-    bounded(
-        Duration::from_secs(30),
-        &format!("child printing {prefix:?}"),
-        read,
-    )
-    .await
+fn spawn_child(url: &str, mode: &str, name: &str) -> (Child, ChildLines) {
+    let env = [
+        ("DLOCK_CHILD_URL", url),
+        ("DLOCK_CHILD_MODE", mode),
+        ("DLOCK_CHILD_NAME", name),
+    ];
+    child::spawn(module_path!(), "child_process_entry", &env)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -890,7 +860,7 @@ async fn a_killed_readers_share_ends_with_its_own_lease_not_the_longest() {
         .await
         .unwrap();
     let (mut child, mut lines) = spawn_child(&server.url(), "read", NAME);
-    expect_line(&mut lines, "HELD").await;
+    child::expect_line(&mut lines, "HELD").await;
     let leases = reader_leases(&mut raw, &keys.readers).await;
     assert_eq!(leases.len(), 2, "{leases:?}");
     // The child's is the shorter one.
@@ -1412,7 +1382,7 @@ async fn a_waiting_writers_claim_keeps_readers_out_when_the_lock_frees() {
     let keys = rw_keys(NAME);
     let read = a.read_write_lock(NAME).read().acquire().await.unwrap();
     let (mut child, mut lines) = spawn_child(&server.url(), "write", NAME);
-    expect_line(&mut lines, "ASKING").await;
+    child::expect_line(&mut lines, "ASKING").await;
     until_claimed(&raw, NAME).await;
     let stopped = common::Stopped::stop(child.id().unwrap());
     read.release().await.unwrap();

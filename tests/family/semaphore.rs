@@ -6,16 +6,15 @@
 //! generous and both sides are asserted; every loop is bounded in count and time.
 
 use crate::common;
+use crate::common::child::{self, ChildLines};
 
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::redis::aio::MultiplexedConnection;
 use dlock::{LockClient, LockError, Permit, Semaphore};
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::Child;
 use tokio::sync::mpsc;
 
 /// Every await that must come back does so within this.
@@ -101,35 +100,9 @@ fn child_process_entry() {
 }
 
 /// Starts this test binary as a child in `mode`, killed if the test fails.
-fn spawn_child(url: &str, mode: &str) -> (Child, Lines<BufReader<ChildStdout>>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            common::test_path(module_path!(), "child_process_entry").as_str(),
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("DLOCK_CHILD_URL", url)
-        .env("DLOCK_CHILD_MODE", mode)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn child test process");
-    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    (child, lines)
-}
-
-/// Waits for the child's line containing `word`; panics after 30 s or at end of output.
-async fn expect_line(lines: &mut Lines<BufReader<ChildStdout>>, word: &str) {
-    let read = async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if line.contains(word) {
-                return;
-            }
-        }
-        panic!("child exited without printing {word:?}");
-    };
-    bounded(&format!("child printing {word:?}"), NO_HANG, read).await
+fn spawn_child(url: &str, mode: &str) -> (Child, ChildLines) {
+    let env = [("DLOCK_CHILD_URL", url), ("DLOCK_CHILD_MODE", mode)];
+    child::spawn(module_path!(), "child_process_entry", &env)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -265,7 +238,7 @@ async fn a_sigkilled_holders_permit_comes_back_after_its_lease_and_not_before() 
     let onlooker = common::client(&server).await;
     let mut conn = common::raw(&server.url()).await;
     let (mut child, mut lines) = spawn_child(&server.url(), "hold");
-    expect_line(&mut lines, "HELD").await;
+    child::expect_line(&mut lines, "HELD").await;
     // The child holds one permit (2 s ttl, renewed), we take the other: none left.
     let sem = client.semaphore("sem:crash", 2);
     let _ours = sem.acquire().await.unwrap();

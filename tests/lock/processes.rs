@@ -3,13 +3,12 @@
 //! The child reports over stdout ("HELD <token>", "LOST true", ...), the parent reads it.
 
 use crate::common;
+use crate::common::child::{self, ChildLines};
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use dlock::{LockClient, LockError};
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::Child;
 
 const TASKS: usize = 16;
 const ITERATIONS: usize = 200;
@@ -94,39 +93,9 @@ async fn child_counter(client: LockClient, url: &str) {
 }
 
 /// Starts this test binary as a child in `mode`, killed if the test fails.
-fn spawn_child(url: &str, mode: &str) -> (Child, Lines<BufReader<ChildStdout>>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            common::test_path(module_path!(), "child_process_entry").as_str(),
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("DLOCK_CHILD_URL", url)
-        .env("DLOCK_CHILD_MODE", mode)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn child test process");
-    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    (child, lines)
-}
-
-/// The child's next message starting with `prefix`, from there to the end of its line (libtest
-/// prints its own text around ours, "test child_process_entry ... " on the same line as the
-/// first message); panics after 30 s or at end of output.
-async fn expect_line(lines: &mut Lines<BufReader<ChildStdout>>, prefix: &str) -> String {
-    let read = async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(at) = line.find(prefix) {
-                return line[at..].to_owned();
-            }
-        }
-        panic!("child exited without printing {prefix:?}");
-    };
-    tokio::time::timeout(Duration::from_secs(30), read)
-        .await
-        .unwrap_or_else(|_| panic!("child did not print {prefix:?} within 30 s"))
+fn spawn_child(url: &str, mode: &str) -> (Child, ChildLines) {
+    let env = [("DLOCK_CHILD_URL", url), ("DLOCK_CHILD_MODE", mode)];
+    child::spawn(module_path!(), "child_process_entry", &env)
 }
 
 fn token_of(line: &str) -> u64 {
@@ -141,7 +110,7 @@ async fn two_processes_of_sixteen_tasks_never_lose_an_update() {
         spawn_child(&server.url(), "counter"),
     ];
     for (child, lines) in &mut children {
-        expect_line(lines, "DONE").await;
+        child::expect_line(lines, "DONE").await;
         let status = tokio::time::timeout(Duration::from_secs(120), child.wait())
             .await
             .expect("child did not exit")
@@ -163,7 +132,7 @@ async fn a_sigkilled_holder_frees_the_lock_after_its_ttl_and_not_before() {
     let client = common::client(&server).await;
     let lock = client.lock("crash");
     let (mut child, mut lines) = spawn_child(&server.url(), "hold");
-    expect_line(&mut lines, "HELD").await;
+    child::expect_line(&mut lines, "HELD").await;
 
     // Past the 2 s TTL the child's watchdog still keeps it.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -192,7 +161,7 @@ async fn a_holder_stopped_past_its_ttl_loses_the_lock_and_cannot_free_the_new_ho
     let server = common::server();
     let client = common::client(&server).await;
     let (mut child, mut lines) = spawn_child(&server.url(), "pause");
-    let old_token = token_of(&expect_line(&mut lines, "HELD").await);
+    let old_token = token_of(&child::expect_line(&mut lines, "HELD").await);
 
     let stopped = common::Stopped::stop(child.id().unwrap());
     // The stopped child cannot renew: its 1 s lease runs out and we get the lock.
@@ -205,8 +174,11 @@ async fn a_holder_stopped_past_its_ttl_loses_the_lock_and_cannot_free_the_new_ho
     drop(stopped);
 
     // Resumed, the child learns it lost the lock, and its release leaves ours alone.
-    assert_eq!(expect_line(&mut lines, "LOST").await, "LOST true");
-    assert_eq!(expect_line(&mut lines, "RELEASE").await, "RELEASE NotHeld");
+    assert_eq!(child::expect_line(&mut lines, "LOST").await, "LOST true");
+    assert_eq!(
+        child::expect_line(&mut lines, "RELEASE").await,
+        "RELEASE NotHeld"
+    );
     let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
         .await
         .unwrap()

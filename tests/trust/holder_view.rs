@@ -14,16 +14,15 @@
 //! both matter.
 
 use crate::common;
+use crate::common::child;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::proxy::Proxy;
 use dlock::{LockClient, LockError, LockGuard};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -212,19 +211,8 @@ fn child_holder_entry() {
 /// Starts the child; its stdout lines arrive on the returned channel (the text from the first
 /// known marker on: libtest prints its own text before our first line).
 fn spawn_child(url: &str) -> (Child, mpsc::UnboundedReceiver<String>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            common::test_path(module_path!(), "child_holder_entry").as_str(),
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_URL, url)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn child test process");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (child, mut lines) =
+        child::spawn(module_path!(), "child_holder_entry", &[(CHILD_URL, url)]);
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         while let Ok(Some(line)) = lines.next_line().await {
