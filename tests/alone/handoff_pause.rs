@@ -10,6 +10,7 @@ mod common;
 use std::future::Future;
 use std::time::Duration;
 
+use common::logs::Logs;
 use common::queued;
 use dlock::{LockClient, LockGuard};
 
@@ -20,35 +21,14 @@ const LOCAL_TOKENS: u64 = 1024;
 const PAUSE: &str = "letting another process go first";
 
 /// Debug lines logged on this thread from now until the returned guard is dropped.
-fn capture_logs() -> (
-    std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-    tracing::subscriber::DefaultGuard,
-) {
-    let logs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_writer(move || Sink(sink.clone()))
-        .finish();
-    (logs, tracing::subscriber::set_default(subscriber))
+fn capture_logs() -> (Logs, tracing::subscriber::DefaultGuard) {
+    let logs = Logs::default();
+    let guard = tracing::subscriber::set_default(logs.subscriber(tracing::Level::DEBUG));
+    (logs, guard)
 }
 
-struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Sink {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn pauses(logs: &std::sync::Mutex<Vec<u8>>) -> usize {
-    String::from_utf8_lossy(&logs.lock().unwrap())
-        .matches(PAUSE)
-        .count()
+fn pauses(logs: &Logs) -> usize {
+    logs.text().matches(PAUSE).count()
 }
 
 /// A run of handoffs ended by the limit (1 here): the holder hands to `second`, whose release

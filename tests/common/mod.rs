@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod child;
+pub mod logs;
 pub mod proxy;
 
 use std::future::Future;

@@ -1,34 +1,78 @@
 //! URLs with their passwords removed, so they can go into errors, logs and `Debug`.
+//!
+//! Parsed as redis-rs parses them (the `url` crate): the user info ends at the *last* `@`
+//! before the host, so a password may itself hold `@`, `:` or anything percent-encoded. A
+//! URL that does not parse is redacted conservatively: everything between the scheme and its
+//! last `@` goes.
+
+use url::Url;
+
+/// What stands for a removed secret.
+const HIDDEN: &str = "***";
 
 /// Several URLs, redacted, comma-separated.
 pub(crate) fn redact_all(urls: &[String]) -> String {
     urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(",")
 }
 
-/// `redis://user:secret@host` -> `redis://user:***@host`.
+/// `redis://user:secret@host` -> `redis://user:***@host`. User info without a password
+/// (`redis://secret@host`) is hidden whole: some write the password there.
 pub(crate) fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end..];
-    let Some(at) = rest.find('@') else {
-        return url.to_owned();
-    };
-    let creds = &rest[..at];
-    let user = creds.split(':').next().unwrap_or("");
-    if creds.contains(':') {
-        format!("{}{user}:***{}", &url[..scheme_end], &rest[at..])
-    } else {
-        format!("{}***{}", &url[..scheme_end], &rest[at..])
+    match Url::parse(url) {
+        // No authority (`u:p@host` reads as scheme `u`): nothing was parsed as user info.
+        Ok(parsed) if parsed.host().is_none() => cut_user_info(url),
+        Ok(parsed) if parsed.password().is_none() && parsed.username().is_empty() => url.to_owned(),
+        Ok(mut parsed) => {
+            let hidden = if parsed.password().is_some() {
+                parsed.set_password(Some(HIDDEN))
+            } else {
+                parsed.set_username(HIDDEN)
+            };
+            match hidden {
+                Ok(()) => parsed.to_string(),
+                Err(()) => cut_user_info(url),
+            }
+        }
+        Err(_) => cut_user_info(url),
     }
+}
+
+/// The fallback for what does not parse: everything between `://` and the last `@` goes.
+fn cut_user_info(url: &str) -> String {
+    let Some(at) = url.rfind('@') else {
+        return url.to_owned();
+    };
+    let start = url.find("://").map_or(0, |i| i + 3).min(at);
+    format!("{}{HIDDEN}{}", &url[..start], &url[at..])
 }
 
 #[cfg(test)]
 mod tests {
+    use super::redact;
+
     #[test]
-    fn redact_hides_passwords() {
-        assert_eq!(super::redact("redis://a:pw@h:1"), "redis://a:***@h:1");
-        assert_eq!(super::redact("redis://pw@h"), "redis://***@h");
-        assert_eq!(super::redact("redis://h:1/0"), "redis://h:1/0");
+    fn passwords_are_hidden_whatever_they_hold() {
+        assert_eq!(redact("redis://a:pw@h:1"), "redis://a:***@h:1");
+        assert_eq!(redact("redis://pw@h"), "redis://***@h");
+        assert_eq!(redact("redis://h:1/0"), "redis://h:1/0");
+        assert_eq!(redact("redis://:pw@h:1"), "redis://:***@h:1");
+        // redis-rs splits at the last `@`: the whole of `open@Sesame` is the password.
+        assert_eq!(
+            redact("redis://locks:open@Sesame-7b1f2@127.0.0.1:6379"),
+            "redis://locks:***@127.0.0.1:6379"
+        );
+        assert_eq!(redact("redis://u:a:b:c@h"), "redis://u:***@h");
+        assert_eq!(
+            redact("rediss://u:open%40Sesame@h:6380/2"),
+            "rediss://u:***@h:6380/2"
+        );
+        assert_eq!(redact("redis://u:pässwörd@h"), "redis://u:***@h");
+    }
+
+    #[test]
+    fn what_does_not_parse_loses_everything_before_its_last_at() {
+        assert_eq!(redact("redis://u:p@ss@[::1"), "redis://***@[::1");
+        assert_eq!(redact("u:p@ss@host"), "***@host");
+        assert_eq!(redact("not a url"), "not a url");
     }
 }
