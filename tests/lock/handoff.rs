@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use dlock::redis::aio::MultiplexedConnection;
 use dlock::{LockClient, LockError, LockGuard};
 
+use common::proxy::Proxy;
 use common::{queued, Acquiring};
 
 /// Tokens a Redis acquire leaves room for (see `LockGuard::fencing_token`).
@@ -407,4 +408,65 @@ async fn handoff_settings_out_of_range_are_invalid_arguments() {
         "handed over with handoff off"
     );
     second.release().await.unwrap();
+}
+
+/// Issue 17 item 6: a task queued with a shorter ttl than the holder's is not handed the hold.
+/// Handed over, it kept the holder's validity deadline while its renewals set its own, shorter
+/// lease in Redis: with its link frozen another client got the lock while it still believed it
+/// held. Now it takes the lock in Redis with its own lease, and reads "lost" first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_task_with_a_shorter_ttl_takes_the_lock_in_redis_with_its_own_lease() {
+    let server = common::server();
+    let proxy = Proxy::start(server.port());
+    let client = LockClient::builder(proxy.url())
+        .local_handoff_window(Duration::from_secs(60))
+        .build()
+        .await
+        .expect("connect through the proxy");
+    let other = common::client(&server).await;
+    let admin = common::raw(&server.url()).await;
+    let long = client.lock("handoff:ttl").ttl(Duration::from_secs(6));
+    let short = client.lock("handoff:ttl").ttl(Duration::from_millis(300));
+
+    let first = long.acquire().await.unwrap();
+    let next = queued(&short).await;
+    first.release().await.unwrap();
+    let second = next.await.expect("the short-ttl task gets the lock");
+    // Its renewals (every 100 ms) have set its own 300 ms lease in Redis by now.
+    common::eventually(
+        Duration::from_secs(10),
+        "a lease of 300 ms in Redis",
+        || {
+            let mut admin = admin.clone();
+            let key = short.key().to_owned();
+            async move {
+                let pttl: i64 = dlock::redis::cmd("PTTL")
+                    .arg(&key)
+                    .query_async(&mut admin)
+                    .await
+                    .unwrap();
+                (0..=300).contains(&pttl)
+            }
+        },
+    )
+    .await;
+
+    proxy.freeze();
+    let taken = other
+        .lock("handoff:ttl")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the other client gets the lock once the lease runs out");
+    assert!(
+        second.is_lost(),
+        "another client holds the lock while the short-ttl holder still believes it holds"
+    );
+    assert_eq!(
+        second.fencing_token() % LOCAL_TOKENS,
+        0,
+        "taken in Redis, not handed over"
+    );
+    taken.release().await.unwrap();
+    proxy.thaw();
 }

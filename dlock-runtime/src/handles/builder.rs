@@ -99,7 +99,10 @@ impl LockClientBuilder {
     /// its turn at the next bound). On a Redis Cluster, where PUBLISH counts one node's
     /// subscribers, the pause is always taken. `0` turns handoff off: every release goes to
     /// Redis.
-    /// Applies to the plain lock (also inside multi-locks and the stock helper's segments).
+    /// Applies to the plain lock (also inside multi-locks and the stock helper's segments), and
+    /// only between holds of the same lease: a task that asked with another `ttl` (or a hard
+    /// `lease`) takes the lock in Redis with its own, so the lease Redis keeps is always the one
+    /// its holder believes in.
     ///
     /// [`local_handoff_window`]: LockClientBuilder::local_handoff_window
     pub fn local_handoffs(mut self, limit: u32) -> Self {

@@ -124,34 +124,40 @@ impl GatePass {
         GatePass::new(&self.map, &self.key, self.queue.clone())
     }
 
-    /// The lease of the next waiter, if it is waiting and can take over a hold. Waiters that
-    /// gave up are dropped from the queue on the way.
-    pub(crate) fn next_takes_hold(&self) -> Option<Duration> {
+    /// Whether the next waiter (still waiting) can take over a hold whose lease is `lease`.
+    /// Only an equal lease will do: the hold keeps its owner entry in Redis and its validity
+    /// deadline, and the watchdog renews that entry with the receiver's lease, so a shorter
+    /// one would shorten the key in Redis below the deadline the receiver believes. Waiters
+    /// that gave up are dropped from the queue on the way.
+    pub(crate) fn next_takes(&self, lease: Duration) -> bool {
         let mut q = lock(&self.queue);
         while q.waiting.front().is_some_and(|w| w.tx.is_closed()) {
             q.waiting.pop_front();
         }
-        q.waiting.front().and_then(|w| w.takes_hold)
+        q.waiting
+            .front()
+            .is_some_and(|w| w.takes_hold == Some(lease))
     }
 
-    /// Gives the next waiter the hold `make` builds (called with the waiter's lease); one that
-    /// left the queue just as it was sent gets nothing, and `retract` takes its hold back. `Err`
-    /// with the pass when the next waiter cannot take one (or none waits): the caller releases
-    /// in Redis and then drops the pass as usual. `make` runs under the queue's lock, so it must
-    /// not enter a gate.
+    /// Gives the next waiter the hold `make` builds, if it can take one of `lease` (see
+    /// [`GatePass::next_takes`]); one that left the queue just as it was sent gets nothing, and
+    /// `retract` takes its hold back. `Err` with the pass when the next waiter cannot take it
+    /// (or none waits): the caller releases in Redis and then drops the pass as usual. `make`
+    /// runs under the queue's lock, so it must not enter a gate.
     pub(crate) fn hand_over(
         mut self,
-        make: impl Fn(GatePass, Duration) -> Handed,
+        lease: Duration,
+        make: impl Fn(GatePass) -> Handed,
         retract: impl Fn(Handed),
     ) -> Result<(), GatePass> {
         let mut q = lock(&self.queue);
         loop {
-            let Some(lease) = q.waiting.front().and_then(|w| w.takes_hold) else {
+            if q.waiting.front().map(|w| w.takes_hold) != Some(Some(lease)) {
                 drop(q);
                 return Err(self);
-            };
+            }
             let waiter = q.waiting.pop_front().expect("front checked");
-            let baton = make(self.successor(), lease);
+            let baton = make(self.successor());
             match waiter.tx.send(Turn::Hold(baton)) {
                 Ok(()) => {
                     self.armed = false;

@@ -57,17 +57,14 @@ impl Hold {
         }
     }
 
-    /// The hold a local handoff gives the next task (taking it with `lease`; known to the
-    /// watchdog as `id`): the same Redis owner and validity deadline as `from`, a new local
-    /// owner (its own id, hold count and lost signal) and the next fencing token.
-    pub(crate) fn handed_from(from: &Hold, id: u64, lease: Duration) -> Self {
+    /// The hold a local handoff gives the next task (known to the watchdog as `id`; it asked
+    /// with the same lease, see `GatePass::next_takes`): the same Redis owner, lease and
+    /// validity deadline as `from`, a new local owner (its own id, hold count and lost signal)
+    /// and the next fencing token.
+    pub(crate) fn handed_from(from: &Hold, id: u64) -> Self {
         Hold {
             id,
-            claim: Claim {
-                lease,
-                hard: false,
-                ..from.claim.clone()
-            },
+            claim: from.claim.clone(),
             kind: from.kind.clone(),
             valid_until: Mutex::new(Some(from.valid_until())),
             token: AtomicU64::new(from.token.load(Ordering::Acquire) + 1),

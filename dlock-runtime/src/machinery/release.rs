@@ -274,7 +274,7 @@ fn hand_over(shared: &Arc<Shared>, hold: &Arc<Hold>, due: Option<Instant>) -> bo
     let Some(pass) = gate.take() else {
         return false;
     };
-    if pass.next_takes_hold().is_none() {
+    if !pass.next_takes(hold.lease) {
         *gate = Some(pass);
         return false;
     }
@@ -285,8 +285,9 @@ fn hand_over(shared: &Arc<Shared>, hold: &Arc<Hold>, due: Option<Instant>) -> bo
         return false;
     }
     let handed = pass.hand_over(
-        |pass, lease| {
-            let next = Arc::new(Hold::handed_from(hold, shared.next_seq(), lease));
+        hold.lease,
+        |pass| {
+            let next = Arc::new(Hold::handed_from(hold, shared.next_seq()));
             shared.watchdog.adopt(next.clone(), due);
             Box::new(Baton {
                 shared: shared.clone(),
