@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::proxy::Proxy;
 use dlock::redis::aio::MultiplexedConnection;
 use dlock::{LockClient, LockError};
 use futures_util::StreamExt;
@@ -1417,4 +1418,73 @@ async fn a_waiting_writers_claim_keeps_readers_out_when_the_lock_frees() {
     g.release().await.unwrap();
     drop(stopped);
     child.kill().await.unwrap();
+}
+
+/// Issue 17 item 7: two reads taken one after the other inside one write scope share the
+/// owner's one reader entry in Redis. Each read's guard counts its lease from its own request,
+/// so the entry must last as long as the longest of them: a writer of another client must not
+/// get in while either read still believes it holds. With hard leases (`.lease()`), and with a
+/// shorter watchdog ttl after a longer one, which must not shorten the first read's share. The
+/// reader's link is frozen once the reads are taken, so renewals stop and the leases run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_reads_in_one_write_scope_are_both_lost_before_another_writer_gets_in() {
+    let server = common::server();
+    let proxy = Proxy::start(server.port());
+    let a = LockClient::connect(&proxy.url()).await.unwrap();
+    let b = common::client(&server).await;
+    for (case, first, second) in [
+        ("hard leases", ReadLease::Hard(600), ReadLease::Hard(600)),
+        (
+            "a shorter ttl second",
+            ReadLease::Ttl(1500),
+            ReadLease::Ttl(300),
+        ),
+    ] {
+        let name = format!("two-reads:{case}");
+        let rw_a = a.read_write_lock(name.as_str());
+        let w = rw_a.write().acquire().await.unwrap();
+        let (r1, r2) = w
+            .scope(async {
+                let r1 = first.of(rw_a.read()).acquire().await.unwrap();
+                // Time is the subject: the second read's lease starts later than the first's.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let r2 = second.of(rw_a.read()).acquire().await.unwrap();
+                (r1, r2)
+            })
+            .await;
+        w.release().await.unwrap();
+        proxy.freeze();
+        let writer = b
+            .read_write_lock(name.as_str())
+            .write()
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .expect("the writer gets in once the reads' leases ran out");
+        for (which, r) in [("first", &r1), ("second", &r2)] {
+            assert!(
+                r.is_lost(),
+                "{case}: another client writes while the {which} read believes it holds"
+            );
+        }
+        writer.release().await.unwrap();
+        proxy.thaw();
+    }
+}
+
+/// How a read in [`two_reads_in_one_write_scope_are_both_lost_before_another_writer_gets_in`]
+/// is taken: a hard lease or a watchdog ttl, in ms.
+#[derive(Clone, Copy)]
+enum ReadLease {
+    Hard(u64),
+    Ttl(u64),
+}
+
+impl ReadLease {
+    fn of(self, lock: dlock::Lock) -> dlock::Lock {
+        match self {
+            ReadLease::Hard(ms) => lock.lease(Duration::from_millis(ms)),
+            ReadLease::Ttl(ms) => lock.ttl(Duration::from_millis(ms)),
+        }
+    }
 }

@@ -9,7 +9,8 @@
 -- enclosing hold or a writer's own read (a downgrade; one more hold if it already reads):
 -- KEYS[5] is then set whenever a hold is granted, so an undo can tell, ARGV[5] marker
 -- lifetime ms, ARGV[6] fencing counter lifetime ms,
--- ARGV[7] '1' to leave leases alone on a re-entry (a hard lease), ARGV[8] writer-waiting
+-- ARGV[7] '1' to leave leases alone on a re-entry of the same hold (a hard lease; a writer's
+-- read is a hold of its own and sends '0'), ARGV[8] writer-waiting
 -- marker lifetime ms
 -- Returns {holds, token} when ARGV[2] holds the side afterwards (token 0 for a re-entry; the
 -- counter's current value for a reader joining other readers), {0, ms to wait} otherwise.
@@ -54,10 +55,13 @@ if #expired > 0 then
   end
 end
 
+-- One reader entry may serve several holds of its owner (reads taken one after another inside
+-- one write scope), each counting its lease from its own request: a deadline only moves out
+-- (GT), so no hold's share is cut short by another's.
 local function enter(count)
   redis.call('HSET', KEYS[1], field, count)
   if side == 'r' then
-    redis.call('ZADD', KEYS[2], now + lease, owner)
+    redis.call('ZADD', KEYS[2], 'GT', now + lease, owner)
     extend(KEYS[2], lease)
   end
   extend(KEYS[1], lease)

@@ -58,7 +58,8 @@ if result > 0 then
   redis.call('HSET', KEYS[1], field, result)
   if lease > 0 then
     if side == 'r' then
-      redis.call('ZADD', KEYS[2], now + lease, owner)
+      -- GT: the holds left may have longer deadlines than this one's lease.
+      redis.call('ZADD', KEYS[2], 'GT', now + lease, owner)
     end
     if redis.call('PTTL', KEYS[1]) < lease then
       redis.call('PEXPIRE', KEYS[1], lease)

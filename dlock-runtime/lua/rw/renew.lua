@@ -16,7 +16,8 @@ for i = 1, #KEYS / 2 do
     if type(deadline) ~= 'string' or tonumber(deadline) <= now then
       held = 0
     else
-      redis.call('ZADD', readers, now + lease, owner)
+      -- GT: an entry serving a longer hold too keeps that one's deadline.
+      redis.call('ZADD', readers, 'GT', now + lease, owner)
       if redis.call('PTTL', readers) < lease then
         redis.call('PEXPIRE', readers, lease)
       end

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use crate::backend::names::LockKeys;
 use crate::error::LockError;
 use crate::handles::guard::LockGuard;
-use crate::kinds::{Attempt, LockKind, Nested, Plain};
+use crate::kinds::{Attempt, Claim, LockKind, Nested, Plain};
 use crate::machinery::gate::{GatePass, Turn};
 use crate::machinery::hold::Hold;
 use crate::machinery::orphan::{Orphan, Registration};
@@ -449,8 +449,15 @@ impl Lock {
         );
         let sent_at = Instant::now();
         let bound = sent_at + self.shared.response_timeout;
-        let attempt = match tokio::time::timeout_at(bound, self.attempt(&hold, Some(&marker))).await
-        {
+        // Its own hold, not a re-entry of one: even with a hard lease, the owner's entry in
+        // Redis must last as long as this hold counts on (a hard lease leaves the entry's
+        // leases alone only when it re-enters the same hold).
+        let request = Claim {
+            hard: false,
+            ..hold.claim.clone()
+        };
+        let attempt = self.attempt_as(&hold, &request, Some(&marker));
+        let attempt = match tokio::time::timeout_at(bound, attempt).await {
             Ok(attempt) => attempt?,
             Err(_) => return Err(self.no_reply(sent_at)),
         };
@@ -538,11 +545,22 @@ impl Lock {
     /// lost, the `Orphan` undoes what the server may have done, on the same connection so it
     /// runs after the acquire.
     async fn attempt(&self, hold: &Hold, reentry: Option<&str>) -> Result<Attempt, LockError> {
+        self.attempt_as(hold, &hold.claim, reentry).await
+    }
+
+    /// [`Lock::attempt`] with the script's arguments read from `request` rather than `hold`'s
+    /// own claim (same owner and keys).
+    async fn attempt_as(
+        &self,
+        hold: &Hold,
+        request: &Claim,
+        reentry: Option<&str>,
+    ) -> Result<Attempt, LockError> {
         let mut conn = self.shared.conn();
         let orphan = Orphan::new(&self.shared, conn.clone(), hold, reentry.map(str::to_owned));
         let reply: redis::RedisResult<(i64, i64)> = hold
             .kind
-            .acquire(hold, reentry, self.shared.latch_ttl)
+            .acquire(request, reentry, self.shared.latch_ttl)
             .invoke_async(&mut conn)
             .await;
         match reply {
