@@ -63,8 +63,8 @@ async fn write_fenced(
     body: &str,
     token: u64,
 ) -> Result<Write> {
-    // bigint is signed. dlock's tokens (the Redis clock in µs, about 2^51) fit; `as` would
-    // turn a token above i64::MAX into a negative one that compares lower.
+    // bigint is signed. dlock's tokens (the Redis clock in µs times 1024, about 2^61) fit;
+    // `as` would turn a token above i64::MAX into a negative one that compares lower.
     let fence = i64::try_from(token)?;
     let params: [&(dyn ToSql + Sync); 3] = [&id, &body, &fence];
     let rows = match how {

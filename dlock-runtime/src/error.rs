@@ -10,7 +10,8 @@ use std::time::Duration;
 /// everything else is the service's.
 ///
 /// ```
-/// use dlock_runtime::LockError;
+/// # extern crate dlock_runtime as dlock;
+/// use dlock::LockError;
 ///
 /// fn status(e: &LockError) -> u16 {
 ///     match e {

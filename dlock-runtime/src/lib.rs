@@ -3,9 +3,10 @@
 //! attribute; this crate is the API underneath.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), dlock_runtime::LockError> {
+//! # extern crate dlock_runtime as dlock;
+//! # async fn demo() -> Result<(), dlock::LockError> {
 //! use std::time::Duration;
-//! use dlock_runtime::LockClient;
+//! use dlock::LockClient;
 //!
 //! let client = LockClient::connect("redis://127.0.0.1:6379").await?;
 //! let guard = client.lock("order:42").wait(Duration::from_secs(5)).acquire().await?;
@@ -53,9 +54,11 @@
 //!   a failover to a replica that missed the write) can beat the deadline; then the holder
 //!   learns at the next round trip and the fencing token protects the store.
 //! * **Fencing tokens**: [`LockGuard::fencing_token`] grows with each free -> held transition:
-//!   it is `max(last + 1, Redis server time in µs)`, so tokens keep rising after Redis restores
-//!   an older RDB or AOF or promotes a replica that missed the last acquires (as long as the
-//!   server clock does not step back by more than the gap).
+//!   Redis counts `max(last + 1, Redis server time in µs)`, so tokens keep rising after Redis
+//!   restores an older RDB or AOF or promotes a replica that missed the last acquires (as long
+//!   as the server clock does not step back by more than the gap). The token is that count
+//!   times 1024 (room for the local handoffs that may follow one acquire), about 2^61 today:
+//!   it fits an `i64` / SQL `BIGINT` until the year 2255.
 //! * **Fence checks for your store**: a token only helps if the store refuses stale ones.
 //!   [`fence::set_if_newer`] keeps the highest token per Redis key and refuses lower ones
 //!   (one hash per key, so it works on a Cluster); [`fence`] also shows the SQL pattern.

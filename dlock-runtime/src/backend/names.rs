@@ -15,7 +15,8 @@ use std::fmt;
 /// `client.lock(format!("order:{}", KeyPart(&id)))` takes the same lock as the macro does.
 ///
 /// ```
-/// use dlock_runtime::KeyPart;
+/// # extern crate dlock_runtime as dlock;
+/// use dlock::KeyPart;
 /// assert_eq!(format!("a:{}", KeyPart(&"b:c")), "a:b%3Ac");
 /// assert_eq!(KeyPart(&7).to_string(), "7");
 /// ```
@@ -83,9 +84,10 @@ impl LockKeys {
 /// without running a cluster.
 ///
 /// ```
-/// assert_eq!(dlock_runtime::cluster_slot("foo"), 12182);
-/// assert_eq!(dlock_runtime::cluster_slot("{user1000}.following"),
-///            dlock_runtime::cluster_slot("{user1000}.followers"));
+/// # extern crate dlock_runtime as dlock;
+/// assert_eq!(dlock::cluster_slot("foo"), 12182);
+/// assert_eq!(dlock::cluster_slot("{user1000}.following"),
+///            dlock::cluster_slot("{user1000}.followers"));
 /// ```
 pub fn cluster_slot(key: &str) -> u16 {
     let bytes = key.as_bytes();

@@ -11,9 +11,10 @@ use crate::settings::{Settings, Target};
 /// [`LockClient::cluster_builder`] (a Redis Cluster).
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), dlock_runtime::LockError> {
+/// # extern crate dlock_runtime as dlock;
+/// # async fn demo() -> Result<(), dlock::LockError> {
 /// use std::time::Duration;
-/// let client = dlock_runtime::LockClient::builder("redis://127.0.0.1:6379")
+/// let client = dlock::LockClient::builder("redis://127.0.0.1:6379")
 ///     .connections(2)
 ///     .default_ttl(Duration::from_secs(10))
 ///     .key_prefix("myapp:lock:")
@@ -164,8 +165,9 @@ impl LockClient {
     /// `redis://host:port`; any reachable master or replica will do, the rest is discovered).
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), dlock_runtime::LockError> {
-    /// let client = dlock_runtime::LockClient::cluster_builder([
+    /// # extern crate dlock_runtime as dlock;
+    /// # async fn demo() -> Result<(), dlock::LockError> {
+    /// let client = dlock::LockClient::cluster_builder([
     ///     "redis://10.0.0.1:6379",
     ///     "redis://10.0.0.2:6379",
     /// ])
@@ -188,8 +190,9 @@ impl LockClient {
     /// in [`LockClientBuilder::master_auth`].
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), dlock_runtime::LockError> {
-    /// let client = dlock_runtime::LockClient::sentinel_builder(
+    /// # extern crate dlock_runtime as dlock;
+    /// # async fn demo() -> Result<(), dlock::LockError> {
+    /// let client = dlock::LockClient::sentinel_builder(
     ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
     ///     "mymaster",
     /// )

@@ -20,9 +20,10 @@ use crate::machinery::shared::Shared;
 /// clients do not.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), dlock_runtime::LockError> {
+/// # extern crate dlock_runtime as dlock;
+/// # async fn demo() -> Result<(), dlock::LockError> {
 /// use std::time::Duration;
-/// use dlock_runtime::LockClient;
+/// use dlock::LockClient;
 ///
 /// let client = LockClient::builder("redis://127.0.0.1:6379")
 ///     .default_wait(Duration::from_secs(2))

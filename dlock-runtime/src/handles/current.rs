@@ -20,7 +20,8 @@ use crate::machinery::scope;
 /// cannot overwrite the next holder's work:
 ///
 /// ```no_run
-/// # use dlock_runtime::{current_lock, LockClient, LockError};
+/// # extern crate dlock_runtime as dlock;
+/// # use dlock::{current_lock, LockClient, LockError};
 /// # async fn write_if_newer(_token: u64, _value: &str) {}
 /// # async fn compute() -> String { String::new() }
 /// # async fn demo(client: LockClient) -> Result<(), LockError> {

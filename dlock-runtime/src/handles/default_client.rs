@@ -43,8 +43,9 @@ impl LockClient {
     /// locals are per task): pass the client, or wrap the spawned future too.
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), dlock_runtime::LockError> {
-    /// use dlock_runtime::LockClient;
+    /// # extern crate dlock_runtime as dlock;
+    /// # async fn demo() -> Result<(), dlock::LockError> {
+    /// use dlock::LockClient;
     ///
     /// // Two tests of one binary, run in parallel, each on its own server: no cross-talk.
     /// let client = LockClient::connect("redis://127.0.0.1:6390").await?;
@@ -53,7 +54,7 @@ impl LockClient {
     ///     .with_default(async {
     ///         let same = LockClient::global()?; // this test's client, whatever is installed
     ///         assert_eq!(same.client_id(), client.client_id());
-    ///         Ok::<_, dlock_runtime::LockError>(())
+    ///         Ok::<_, dlock::LockError>(())
     ///     })
     ///     .await?;
     /// # Ok(()) }

@@ -25,10 +25,11 @@
 //! [`LockClient`](crate::LockClient): the resource may live on another Redis than the locks.
 //!
 //! ```no_run
-//! # async fn demo(client: dlock_runtime::LockClient) -> Result<(), dlock_runtime::LockError> {
-//! use dlock_runtime::fence::{self, Outcome};
+//! # extern crate dlock_runtime as dlock;
+//! # async fn demo(client: dlock::LockClient) -> Result<(), dlock::LockError> {
+//! use dlock::fence::{self, Outcome};
 //!
-//! let mut store = dlock_runtime::redis::Client::open("redis://127.0.0.1:6380")
+//! let mut store = dlock::redis::Client::open("redis://127.0.0.1:6380")
 //!     .expect("a valid URL")
 //!     .get_multiplexed_async_connection()
 //!     .await
@@ -105,8 +106,9 @@
 //! token writing the same data reports 0: connect with `CLIENT_FOUND_ROWS`, or use `<`.
 //! Deleting the row forgets its fence (as with Redis above): mark it deleted instead.
 //!
-//! The token goes in a `bigint` column: dlock's tokens are the Redis server's clock in µs
-//! (about 2^51 today), far below `i64::MAX`; convert with `i64::try_from`, never `as`.
+//! The token goes in a `bigint` column: dlock's tokens are the Redis server's clock in µs times
+//! 1024 (about 2^61 today), below `i64::MAX` until the year 2255; convert with
+//! `i64::try_from`, never `as`.
 //! `examples/fenced_sql.rs` is the whole pattern with tokio-postgres.
 
 use std::sync::LazyLock;

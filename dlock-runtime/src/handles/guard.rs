@@ -16,7 +16,8 @@ use crate::machinery::{release, scope};
 /// `Send + Sync`, so it can live across `.await` in a `Send` future (axum handlers).
 ///
 /// ```no_run
-/// # use dlock_runtime::{LockClient, LockError};
+/// # extern crate dlock_runtime as dlock;
+/// # use dlock::{LockClient, LockError};
 /// # async fn rebuild_index() {}
 /// # async fn save(_fencing_token: u64) {}
 /// # async fn demo(client: LockClient) -> Result<(), LockError> {

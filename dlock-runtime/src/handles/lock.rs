@@ -22,7 +22,8 @@ use crate::machinery::waiters::Subscription;
 /// lock by itself.
 ///
 /// ```no_run
-/// # async fn demo(client: dlock_runtime::LockClient) -> Result<(), dlock_runtime::LockError> {
+/// # extern crate dlock_runtime as dlock;
+/// # async fn demo(client: dlock::LockClient) -> Result<(), dlock::LockError> {
 /// use std::time::Duration;
 /// let lock = client.lock("order:42").ttl(Duration::from_secs(10)).wait(Duration::from_secs(2));
 /// let guard = lock.acquire().await?;       // waits up to 2 s, then LockError::Timeout

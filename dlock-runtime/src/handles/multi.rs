@@ -59,7 +59,8 @@ use crate::machinery::shared::Shared;
 /// still need the per-lock waiting path.)
 ///
 /// ```no_run
-/// # async fn demo(client: dlock_runtime::LockClient) -> Result<(), dlock_runtime::LockError> {
+/// # extern crate dlock_runtime as dlock;
+/// # async fn demo(client: dlock::LockClient) -> Result<(), dlock::LockError> {
 /// use std::time::Duration;
 /// // Whatever the direction of the transfer, both accounts are taken in the same order.
 /// let both = client

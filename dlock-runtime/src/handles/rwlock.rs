@@ -31,7 +31,8 @@ use crate::machinery::shared::Shared;
 ///   nobody until the last reader leaves.
 ///
 /// ```no_run
-/// # async fn demo(client: dlock_runtime::LockClient) -> Result<(), dlock_runtime::LockError> {
+/// # extern crate dlock_runtime as dlock;
+/// # async fn demo(client: dlock::LockClient) -> Result<(), dlock::LockError> {
 /// let prices = client.read_write_lock("prices");
 /// let reading = prices.read().acquire().await?;   // other readers may hold it too
 /// reading.release().await?;

@@ -16,7 +16,8 @@ use crate::machinery::shared::Shared;
 /// itself.
 ///
 /// ```no_run
-/// # async fn demo(client: dlock_runtime::LockClient) -> Result<(), dlock_runtime::LockError> {
+/// # extern crate dlock_runtime as dlock;
+/// # async fn demo(client: dlock::LockClient) -> Result<(), dlock::LockError> {
 /// use std::time::Duration;
 /// // At most 3 exports run at once across the fleet.
 /// let exports = client.semaphore("exports", 3).ttl(Duration::from_secs(30));

@@ -2,11 +2,12 @@
 //! Sentinel-managed primary, TLS and ACL users, all on free loopback ports.
 //!
 //! ```no_run
+//! # extern crate dlock_runtime as dlock;
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use dlock_runtime::testing::RedisServer;
+//! use dlock::testing::RedisServer;
 //!
 //! let server = RedisServer::start()?;
-//! let client = dlock_runtime::LockClient::connect(&server.url()).await?;
+//! let client = dlock::LockClient::connect(&server.url()).await?;
 //! # Ok(()) }
 //! ```
 //!

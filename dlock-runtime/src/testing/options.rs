@@ -28,7 +28,8 @@ pub enum Persistence {
 /// Options for [`RedisServer`](super::RedisServer); [`RedisServer::builder`](super::RedisServer::builder) makes one.
 ///
 /// ```no_run
-/// use dlock_runtime::testing::{Persistence, RedisServer};
+/// # extern crate dlock_runtime as dlock;
+/// use dlock::testing::{Persistence, RedisServer};
 /// let server = RedisServer::builder()
 ///     .persistence(Persistence::Aof)
 ///     .user("app", "s3cret")

@@ -28,8 +28,9 @@ const LOG_LINES: usize = 20;
 /// `redis-server` on the `PATH`:
 ///
 /// ```no_run
-/// use dlock_runtime::testing::RedisServer;
-/// use dlock_runtime::LockClient;
+/// # extern crate dlock_runtime as dlock;
+/// use dlock::testing::RedisServer;
+/// use dlock::LockClient;
 ///
 /// #[tokio::test]
 /// async fn one_job_at_a_time() {

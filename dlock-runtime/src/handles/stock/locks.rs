@@ -19,12 +19,13 @@ use super::view::{Drained, DrainedView};
 /// your deduction; if that segment is empty it tries the next.
 ///
 /// ```no_run
-/// # async fn demo(client: dlock_runtime::LockClient) -> Result<(), dlock_runtime::LockError> {
+/// # extern crate dlock_runtime as dlock;
+/// # async fn demo(client: dlock::LockClient) -> Result<(), dlock::LockError> {
 /// # struct Db; impl Db {
-/// #   async fn stock(&self, _: u32) -> Result<u64, dlock_runtime::LockError> { Ok(1) }
-/// #   async fn set_stock(&self, _: u32, _: u64, _fence: u64) -> Result<(), dlock_runtime::LockError> { Ok(()) } }
+/// #   async fn stock(&self, _: u32) -> Result<u64, dlock::LockError> { Ok(1) }
+/// #   async fn set_stock(&self, _: u32, _: u64, _fence: u64) -> Result<(), dlock::LockError> { Ok(()) } }
 /// # let db = Db;
-/// use dlock_runtime::SegmentLocks;
+/// use dlock::SegmentLocks;
 ///
 /// let locks = SegmentLocks::new(&client, "sku:42", 16)?;
 /// let db = &db;

@@ -34,8 +34,9 @@ pub const DEFAULT_DRAINED_FOR: Duration = Duration::from_millis(100);
 /// its own hash tag, so a cluster spreads a hot item over its masters.
 ///
 /// ```no_run
-/// # async fn demo(client: dlock_runtime::LockClient) -> Result<(), dlock_runtime::LockError> {
-/// use dlock_runtime::{Init, SegmentedStock, Take};
+/// # extern crate dlock_runtime as dlock;
+/// # async fn demo(client: dlock::LockClient) -> Result<(), dlock::LockError> {
+/// use dlock::{Init, SegmentedStock, Take};
 ///
 /// let stock = SegmentedStock::new(&client, "sku:42", 16)?;
 /// // 63 units in 8 segments, 62 in the other 8; a second init changes nothing.
