@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod channel_rights;
 mod failover;
 mod faults;
 mod holder_view;

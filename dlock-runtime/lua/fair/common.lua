@@ -56,6 +56,6 @@ local function grant_next(grant_ms, fence_ms)
   redis.call('ZREM', KEYS[2], head)
   redis.call('ZREM', KEYS[3], head)
   -- Owner ids start with their client's 32-hex-digit id.
-  redis.call('PUBLISH', KEYS[1] .. ':grant:' .. string.sub(head, 1, 32), head .. ' ' .. string.format('%.0f', token))
+  redis.pcall('PUBLISH', KEYS[1] .. ':grant:' .. string.sub(head, 1, 32), head .. ' ' .. string.format('%.0f', token))
   return true
 end

@@ -31,7 +31,7 @@ if result > 0 then
 elseif result == 0 then
   redis.call('DEL', KEYS[1])
   if not grant_next(tonumber(ARGV[4]), ARGV[5]) then
-    redis.call('PUBLISH', KEYS[5], 'released')
+    redis.pcall('PUBLISH', KEYS[5], 'released')
   end
 end
 return result

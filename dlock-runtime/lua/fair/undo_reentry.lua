@@ -12,7 +12,7 @@ if redis.call('DEL', KEYS[6]) == 1 and held == 1 then
   if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then
     redis.call('DEL', KEYS[1])
     if not grant_next(tonumber(ARGV[2]), ARGV[3]) then
-      redis.call('PUBLISH', KEYS[5], 'released')
+      redis.pcall('PUBLISH', KEYS[5], 'released')
     end
   end
   return 1

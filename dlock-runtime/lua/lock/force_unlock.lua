@@ -10,5 +10,5 @@ if kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind)
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', KEYS[2], 'released')
+redis.pcall('PUBLISH', KEYS[2], 'released')
 return 1

@@ -33,6 +33,12 @@ if result > 0 then
   end
 elseif result == 0 then
   redis.call('DEL', KEYS[1])
-  return {0, redis.call('PUBLISH', KEYS[2], 'released')}
+  -- pcall: a user without rights on the channel (ACL) is refused the PUBLISH, but the lock is
+  -- free all the same; -1 tells the client, which warns (waiters wake at the lease's end).
+  local heard = redis.pcall('PUBLISH', KEYS[2], 'released')
+  if type(heard) ~= 'number' then
+    heard = -1
+  end
+  return {0, heard}
 end
 return result

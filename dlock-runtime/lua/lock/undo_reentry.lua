@@ -12,7 +12,7 @@ end
 if redis.call('DEL', KEYS[2]) == 1 and held == 1 then
   if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then
     redis.call('DEL', KEYS[1])
-    redis.call('PUBLISH', KEYS[3], 'released')
+    redis.pcall('PUBLISH', KEYS[3], 'released')
   end
   return 1
 end

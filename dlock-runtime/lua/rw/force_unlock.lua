@@ -11,5 +11,5 @@ if kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE the lock key holds a ' .. kind)
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-redis.call('PUBLISH', KEYS[4], 'released')
+redis.pcall('PUBLISH', KEYS[4], 'released')
 return 1

@@ -37,7 +37,7 @@ if side == 'w' and redis.call('GET', KEYS[3]) == owner then
   if redis.call('HGET', KEYS[1], 'mode') ~= 'write' then
     -- It gave up without the lock: the readers its claim kept out may go now, not when the
     -- claim would have expired.
-    redis.call('PUBLISH', KEYS[4], 'released')
+    redis.pcall('PUBLISH', KEYS[4], 'released')
   end
 end
 local count = tonumber(redis.call('HGET', KEYS[1], field))
@@ -76,7 +76,7 @@ local mode = redis.call('HGET', KEYS[1], 'mode')
 if redis.call('HLEN', KEYS[1]) <= 1 then
   -- Nobody left inside: free, and one message wakes the waiters (a writer, or readers).
   redis.call('DEL', KEYS[1], KEYS[2])
-  redis.call('PUBLISH', KEYS[4], 'released')
+  redis.pcall('PUBLISH', KEYS[4], 'released')
 elseif side == 'w' and mode == 'write' then
   -- The writer leaves while it still reads (a downgrade): the lock turns read, lasting as long
   -- as the longest reader lease, and waiting readers may join.
@@ -85,7 +85,7 @@ elseif side == 'w' and mode == 'write' then
   if longest[2] then
     redis.call('PEXPIRE', KEYS[1], math.max(1, tonumber(longest[2]) - now))
   end
-  redis.call('PUBLISH', KEYS[4], 'released')
+  redis.pcall('PUBLISH', KEYS[4], 'released')
 end
 -- A reader leaving while others read (or while its own writer holds) wakes nobody.
 return 0

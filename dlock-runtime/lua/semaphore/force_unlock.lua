@@ -10,5 +10,5 @@ if kind ~= 'zset' then
   return redis.error_reply('WRONGTYPE semaphore holders `' .. KEYS[1] .. '` holds a ' .. kind)
 end
 redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('PUBLISH', KEYS[3], 'released')
+redis.pcall('PUBLISH', KEYS[3], 'released')
 return 1

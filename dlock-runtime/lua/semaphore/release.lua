@@ -29,7 +29,7 @@ redis.call('SET', KEYS[4], result, 'PX', ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if result == 0 then
   redis.call('ZREM', KEYS[1], ARGV[1])
-  redis.call('PUBLISH', KEYS[3], 'released')
+  redis.pcall('PUBLISH', KEYS[3], 'released')
 end
 -- The sorted set is gone with its last member; the count goes with it.
 if redis.call('EXISTS', KEYS[1]) == 0 then

@@ -5,6 +5,7 @@
 //! Imports only `settings` and `error`. Bottom to top: `names`, `open`, `thread`, `slots`,
 //! `sentinel`, `conn`, `script`, `topology`.
 
+pub(crate) mod acl;
 pub(crate) mod conn;
 pub(crate) mod names;
 pub(crate) mod open;

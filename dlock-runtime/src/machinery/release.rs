@@ -162,6 +162,9 @@ async fn finish_release(
         let others_may_wait = !matches!(&result, Ok(r) if r.nobody_listened(shared));
         hold.release_gate(others_may_wait.then(|| sent_at.elapsed()));
     }
+    if matches!(&result, Ok(r) if r.publish_refused()) {
+        tracing::warn!(lock = %hold.name, "dlock: released, but Redis refused the release's PUBLISH (does the ACL user lack rights on dlock's channels?); waiters of other clients wake at the lease's end");
+    }
     match result.map(|r| r.left) {
         Ok(-1) => {
             hold.mark_lost("release found the lock no longer ours");
@@ -199,8 +202,9 @@ pub(crate) async fn release_quietly(shared: &Arc<Shared>, hold: &Hold) {
 struct Released {
     /// Holds the owner has left (0: freed), -1 if it held none.
     left: i64,
-    /// When this release freed the lock: how many subscribers its message reached. `None` when
-    /// the script does not say (other kinds, a retry answered from the latch).
+    /// When this release freed the lock: how many subscribers its message reached (-1: Redis
+    /// refused the message). `None` when the script does not say (other kinds, a retry answered
+    /// from the latch).
     listeners: Option<i64>,
 }
 
@@ -216,6 +220,12 @@ impl Released {
             other => (redis::FromRedisValue::from_redis_value(other)?, None),
         };
         Ok(Released { left, listeners })
+    }
+
+    /// True when the release freed the lock but Redis refused its message (an ACL user
+    /// without rights on the channel): the lock is free all the same.
+    fn publish_refused(&self) -> bool {
+        self.listeners == Some(-1)
     }
 
     /// True when the release freed the lock and no subscriber was there to hear it, so no

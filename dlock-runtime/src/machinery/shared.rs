@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::acl::{check_channel, Refused};
 use crate::backend::conn::{Conn, Pool};
 use crate::backend::names::LockKeys;
 use crate::backend::thread::Background;
@@ -64,6 +65,7 @@ impl Shared {
                 .await
                 .map_err(connect_err)?,
         );
+        check_channel_rights(&b, &topology, &pool, &url).await?;
         // The subscriber tells the watchdog when its connection was lost or replaced: the
         // server may have restarted or failed over, so every hold is checked at once.
         let watchdog = Arc::new(Watchdog::start(pool.clone(), url.clone(), bg.handle()));
@@ -178,6 +180,49 @@ impl Shared {
             source: e,
         }
     }
+}
+
+/// Fails the build when the ACL user may not PUBLISH or SUBSCRIBE on dlock's channels (every
+/// one starts with the key prefix), naming the rule that grants them: without it, releases
+/// wake nobody and waiters of other clients sleep until the holder's lease ends.
+async fn check_channel_rights(
+    b: &Settings,
+    topology: &Topology,
+    pool: &Pool,
+    url: &str,
+) -> Result<(), LockError> {
+    let channel = format!("{}channel-check", b.prefix);
+    let pubsub = topology.pubsub_source(pool)();
+    let timeout = b.response_timeout.max(b.connect_timeout);
+    match check_channel(&mut pool.get(), &pubsub, &channel, timeout).await {
+        Ok(()) => Ok(()),
+        Err(Refused::Unreachable(source)) => Err(LockError::Connect {
+            url: url.to_owned(),
+            source,
+        }),
+        Err(Refused::Denied(command, said)) => {
+            let rule = format!("&{}*", glob_escape(&b.prefix));
+            let user = b.acl_user();
+            Err(LockError::invalid(
+                "",
+                format!(
+                    "the ACL user `{user}` of {url} may not {command} on dlock's channels \
+                     (`{channel}`; Redis said: {said}), so releases would wake no waiter; \
+                     grant them with `ACL SETUSER {user} {rule}` (or `allchannels`)"
+                ),
+            ))
+        }
+    }
+}
+
+/// `text` as a Redis glob pattern that matches it literally.
+fn glob_escape(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| match c {
+            '*' | '?' | '[' | ']' | '\\' => vec!['\\', c],
+            c => vec![c],
+        })
+        .collect()
 }
 
 /// Which key a WRONGTYPE error is about. dlock's scripts name it (`<role> \`<key>\` holds ...`);

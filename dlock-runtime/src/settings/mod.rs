@@ -156,6 +156,16 @@ impl Settings {
         Ok(())
     }
 
+    /// The ACL user the client logs in as (`default` when none is named), for messages.
+    pub(crate) fn acl_user(&self) -> String {
+        let named = match &self.target {
+            Target::Single(url) => url_user(url),
+            Target::Cluster(nodes) => nodes.first().and_then(|u| url_user(u)),
+            Target::Sentinel { .. } => self.master_auth.0.clone(),
+        };
+        named.unwrap_or_else(|| "default".to_owned())
+    }
+
     /// The deployment's address for messages: its URL(s), passwords removed.
     pub(crate) fn display_target(&self) -> String {
         match &self.target {
@@ -166,6 +176,13 @@ impl Settings {
             }
         }
     }
+}
+
+/// The user name in `url`, if it names one.
+fn url_user(url: &str) -> Option<String> {
+    let parsed = url::Url::parse(url).ok()?;
+    let user = parsed.username();
+    (!user.is_empty()).then(|| user.to_owned())
 }
 
 impl std::fmt::Debug for Settings {
