@@ -86,14 +86,14 @@
 //!   [`LockError::WouldDeadlock`]. A release publishes only when the lock frees (or turns
 //!   from write to read).
 //! * **Fair locks**: [`LockClient::fair_lock`] queues waiters in Redis in arrival order
-//!   (server time). A release hands the lock to the queue's head and tells it on its client's
-//!   own channel, so it holds without another round trip (measured: handoff 1.79 idle-PING
+//!   (server time). A release hands the lock to the queue's head and tells it on its own
+//!   channel, so it holds without another round trip (measured: handoff 1.79 idle-PING
 //!   RTT against 2.83 for the plain lock across clients). Waiters keep their place by coming
 //!   back every 2/3 s; a place not kept for 2 s (server time) is dropped, and a grant lasts
 //!   2 s until its owner renews it: a waiter whose process died is skipped within ~5 s. A
-//!   waiter that times out or is cancelled leaves the queue at once. Fairness is between
-//!   clients: tasks of one client queue locally first (FIFO), and the head of that queue
-//!   stands in line in Redis.
+//!   waiter that times out or is cancelled leaves the queue at once. The order is the order of
+//!   asking whichever client asked: every task stands in Redis's line itself (the plain lock's
+//!   local queue would let another client overtake a busy client's tasks).
 //! * **Semaphores**: [`LockClient::semaphore`] gives N permits at once, each with its own
 //!   deadline in Redis (server time), renewed by the watchdog; a crashed holder's permit comes
 //!   back one lease after its last renewal. Keys, waking and the crash bound: [`Semaphore`].
@@ -166,7 +166,7 @@
 //! * Fair-lock queues and semaphore permits are judged stale by the Redis server's clock only
 //!   (Redisson's `RFairLock` uses client clocks for its queue deadlines, which drift).
 //! * `try_acquire` returns `None` when another task of this process is queued for the key,
-//!   without asking Redis.
+//!   without asking Redis (the fair lock always asks: its queue is in Redis).
 //! * Every lock has fencing tokens and a lost-lock signal: Redisson keeps fencing tokens for a
 //!   separate lock type (`RFencedLock`) and has no lost-lock signal.
 //!

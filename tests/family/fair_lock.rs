@@ -65,10 +65,14 @@ async fn queue_up(
         guard.release().await
     });
     let mut raw2 = raw.clone();
-    common::eventually(Duration::from_secs(5), "the waiter is queued", || {
-        let mut raw = raw2.clone();
-        async move { queue_len(&mut raw).await == place }
-    })
+    common::eventually(
+        Duration::from_secs(5),
+        "the waiter is queued in Redis",
+        || {
+            let mut raw = raw2.clone();
+            async move { queue_len(&mut raw).await == place }
+        },
+    )
     .await;
     raw2 = raw.clone();
     drop(raw2);
@@ -108,6 +112,36 @@ async fn clients_queued_in_a_known_order_acquire_in_that_order() {
     assert_eq!(queue_len(&mut raw).await, 0);
     let again = holder.fair_lock("line").acquire().await.unwrap();
     assert!(again.fencing_token() > first_token);
+}
+
+/// Issue 17 item 8: first come, first served whichever client asked. A task of the holder's
+/// own client asks first, a task of another client later, then another task of the holder's
+/// client: they get the lock in that order. Before, the holder's client's tasks waited in its
+/// local queue, not in Redis's, and the other client overtook them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_of_the_holders_client_keep_their_place_among_other_clients() {
+    let server = common::server();
+    let a = common::client(&server).await;
+    let b = common::client(&server).await;
+    let mut raw = common::raw(&server.url()).await;
+    let held = a.fair_lock("line").acquire().await.unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let a1 = queue_up(&a, "a1", &tx, &mut raw, 1).await;
+    let b1 = queue_up(&b, "b1", &tx, &mut raw, 2).await;
+    let a2 = queue_up(&a, "a2", &tx, &mut raw, 3).await;
+    held.release().await.unwrap();
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let tag = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("each waiter gets its turn")
+            .unwrap();
+        got.push(tag);
+    }
+    assert_eq!(got, ["a1", "b1", "a2"]);
+    for t in [a1, b1, a2] {
+        t.await.unwrap().unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

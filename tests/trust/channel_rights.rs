@@ -36,7 +36,12 @@ async fn build_refuses_a_user_without_channel_rights_and_names_the_rule() {
         .expect_err("a user without channel rights cannot wake waiters");
     let text = err.to_string();
     assert!(matches!(err, LockError::InvalidArgument { .. }), "{err:?}");
-    for part in ["`locks`", "PUBLISH", "ACL SETUSER locks &dlock:*", "no permissions"] {
+    for part in [
+        "`locks`",
+        "PUBLISH",
+        "ACL SETUSER locks &dlock:*",
+        "no permissions",
+    ] {
         assert!(text.contains(part), "the error names {part:?}: {text}");
     }
     assert!(!text.contains(":pw@"), "the password shows: {text}");

@@ -55,7 +55,8 @@ local function grant_next(grant_ms, fence_ms)
   redis.call('PEXPIRE', KEYS[1], grant_ms)
   redis.call('ZREM', KEYS[2], head)
   redis.call('ZREM', KEYS[3], head)
-  -- Owner ids start with their client's 32-hex-digit id.
-  redis.pcall('PUBLISH', KEYS[1] .. ':grant:' .. string.sub(head, 1, 32), head .. ' ' .. string.format('%.0f', token))
+  -- Told on the grantee's own channel: each waiting owner listens on its own, so the message
+  -- wakes exactly the one it grants to, also among several waiters of one client.
+  redis.pcall('PUBLISH', KEYS[1] .. ':grant:' .. head, head .. ' ' .. string.format('%.0f', token))
   return true
 end

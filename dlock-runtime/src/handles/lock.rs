@@ -112,7 +112,7 @@ impl Lock {
     }
 
     /// One attempt: `Ok(None)` when another owner holds the lock (or another task of this
-    /// process is already queued for it).
+    /// process is already queued for it; a fair lock asks Redis all the same).
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>, LockError> {
         match self.acquire_within(Duration::ZERO).await {
             Ok(guard) => Ok(Some(guard)),
@@ -216,20 +216,24 @@ impl Lock {
         // A watchdog-renewed hold of a kind that allows it can be handed over by the previous
         // local holder instead of taken in Redis.
         let takes_hold = (self.kind.hands_over_locally() && self.lease.is_none()).then_some(lease);
-        let entered = inner.gates.enter(&self.keys.key, takes_hold);
-        let pass = match tokio::time::timeout_at(deadline, entered).await {
-            Err(_) => return Err(timeout()),
-            Ok(Turn::Contend(pass)) => pass,
-            Ok(Turn::Hold(handed)) => match Baton::open(handed).take() {
-                Ok(hold) => {
-                    tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: acquired by local handoff");
-                    return Ok(LockGuard::new(self.shared.clone(), hold));
-                }
-                // Lost on its way: ask Redis like anyone else.
-                Err(pass) => pass,
-            },
+        let pass = if self.kind.queues_locally() {
+            let entered = inner.gates.enter(&self.keys.key, takes_hold);
+            match tokio::time::timeout_at(deadline, entered).await {
+                Err(_) => return Err(timeout()),
+                Ok(Turn::Contend(pass)) => Some(pass),
+                Ok(Turn::Hold(handed)) => match Baton::open(handed).take() {
+                    Ok(hold) => {
+                        tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: acquired by local handoff");
+                        return Ok(LockGuard::new(self.shared.clone(), hold));
+                    }
+                    // Lost on its way: ask Redis like anyone else.
+                    Err(pass) => Some(pass),
+                },
+            }
+        } else {
+            None
         };
-        if let Some(courtesy) = pass.courtesy {
+        if let Some(courtesy) = pass.as_ref().and_then(|p| p.courtesy) {
             // The last holder ended a run of local handoffs: a waiter of another process,
             // woken by its release, gets to ask Redis first.
             tracing::debug!(lock = %self.name, ?courtesy, "dlock: letting another process go first");
@@ -247,10 +251,11 @@ impl Lock {
         result
     }
 
-    /// The acquire loop, once this caller has the client's turn at the key (`pass`).
+    /// The acquire loop, once this caller has the client's turn at the key (`pass`; `None` for
+    /// kinds that do not queue locally).
     async fn contend(
         &self,
-        pass: GatePass,
+        pass: Option<GatePass>,
         lease: Duration,
         wait: Duration,
         started: Instant,
@@ -368,7 +373,7 @@ impl Lock {
         &self,
         hold: Arc<Hold>,
         registration: Registration,
-        pass: GatePass,
+        pass: Option<GatePass>,
         token: u64,
         due: Instant,
         started: Instant,
@@ -377,7 +382,7 @@ impl Lock {
         hold.token.store(token, Ordering::Release);
         hold.local_holds.store(1, Ordering::Release);
         if self.kind.keeps_gate() {
-            *hold.gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(pass);
+            *hold.gate.lock().unwrap_or_else(|e| e.into_inner()) = pass;
         }
         registration.activate(due);
         tracing::debug!(lock = %self.name, token, waited = ?started.elapsed(), "dlock: acquired");

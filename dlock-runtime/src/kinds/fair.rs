@@ -1,6 +1,7 @@
 //! The fair lock: the plain lock's hash plus a queue in Redis. A release hands the lock to the
-//! head of the queue and tells that waiter on its client's own channel, so the waiter holds
-//! without another round trip. Queue places are kept alive by their waiting process and judged
+//! head of the queue and tells that waiter on its own channel, so the waiter holds without
+//! another round trip. Every task stands in Redis's queue itself (no local queue first), so the
+//! order is the order of asking across clients. Queue places are kept alive by their waiting process and judged
 //! stale by the server's clock only (see `lua/fair/`).
 
 use std::sync::LazyLock;
@@ -56,9 +57,16 @@ impl LockKind for Fair {
         true
     }
 
-    /// Grants come on this client's own channel of the lock, not on the release channel.
+    /// Grants come on the waiting owner's own channel of the lock, not on the release channel,
+    /// so a grant wakes exactly its owner, also among several waiting tasks of one client.
     fn wait_channel(&self, hold: &Claim) -> String {
-        format!("{}:grant:{}", hold.keys.key, hold.client_id)
+        format!("{}:grant:{}", hold.keys.key, hold.owner)
+    }
+
+    /// The order of asking is the order in Redis's queue, whichever client asked: a task of a
+    /// client whose other task holds or waits stands in line there itself.
+    fn queues_locally(&self) -> bool {
+        false
     }
 
     /// A grant message is `<owner> <token>`.

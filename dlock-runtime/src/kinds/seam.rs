@@ -74,6 +74,14 @@ pub(crate) trait LockKind: Send + Sync + std::fmt::Debug {
         }
     }
 
+    /// Whether tasks of one client queue locally for the key first (FIFO), so only the head of
+    /// that queue talks to Redis. A kind whose order is kept in Redis (the fair lock) says no:
+    /// each task stands in Redis's line itself, or a task of a busy client would be overtaken
+    /// by other clients that asked later.
+    fn queues_locally(&self) -> bool {
+        true
+    }
+
     /// Whether a released hold may go to the next task of this client queued for the key
     /// without a release and an acquire in Redis (see `machinery/release.rs`): kinds where the next
     /// holder would hold exactly what the last one did, under the same owner entry.
