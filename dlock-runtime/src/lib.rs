@@ -155,8 +155,14 @@
 //!   private CA, `user:password@` in URLs. Passwords never appear in errors, logs or `Debug`.
 //!
 //! A failover can lose a lock that was not yet replicated to the promoted replica: the holder
-//! learns it at its next renewal (at most a third of the lease later) or at once if the
-//! connection broke, and the fencing token still rises for the next holder.
+//! learns it within a reconnect and a round trip (one server, Sentinel: the connection broke,
+//! and every hold is renewed at once). On a cluster a master can fail over while nothing this
+//! client sends goes to it, so a client that holds locks reads the slot map every 250 ms and
+//! renews every hold when a slot has a new master: measured with a SIGKILLed master whose
+//! replica missed the write (45 s lease), the holder was told 0.05-0.2 s after the promotion,
+//! from 44 ms before to 25 ms after another client took the lock (before this watch: 15 s
+//! after the kill, at its scheduled renewal). That gap is data loss: the fencing token still
+//! rises for the next holder, and it is what protects the store.
 //!
 //! # Where this differs from Redisson
 //!

@@ -14,7 +14,7 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 use tokio::runtime::Handle;
 
 use crate::backend::sentinel::SentinelConn;
-use crate::backend::slots::{NodeAddr, SlotMap};
+use crate::backend::slots::{self, NodeAddr, Ranges, SlotMap};
 use crate::backend::thread::from_runtime;
 
 /// Lives on the runtime that drives the front connections; dropped (when that runtime shuts
@@ -140,6 +140,14 @@ impl Conn {
             Conn::Single(..) => cmd.query_async(self).await,
             Conn::Sentinel(c) => cmd.query_async(c).await,
             Conn::Cluster(c, _) => c.route_command(cmd.clone(), node.routing()).await,
+        }
+    }
+
+    /// Which master serves which slots, asked now (`None` when not a cluster, or no answer).
+    pub(crate) async fn slot_owners(&mut self) -> Option<Ranges> {
+        match self {
+            Conn::Cluster(conn, _) => slots::fetch(conn).await,
+            Conn::Single(..) | Conn::Sentinel(_) => None,
         }
     }
 

@@ -36,8 +36,8 @@ impl std::fmt::Display for NodeAddr {
     }
 }
 
-/// First slot, last slot, the master serving them.
-type Ranges = Vec<(u16, u16, NodeAddr)>;
+/// First slot, last slot, the master serving them; sorted by first slot.
+pub(crate) type Ranges = Vec<(u16, u16, NodeAddr)>;
 
 /// Slot ranges -> master, fetched with `CLUSTER SLOTS` and cached.
 #[derive(Default)]
@@ -82,20 +82,25 @@ impl SlotMap {
                 return Some(ranges.clone());
             }
         }
-        let reply = conn
-            .route_command(
-                redis::cmd("CLUSTER").arg("SLOTS").clone(),
-                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-            )
-            .await;
-        let ranges = match reply.map(|v| parse_slots(&v)) {
-            Ok(Some(ranges)) => ranges,
-            Ok(None) | Err(_) => return None,
-        };
+        let ranges = fetch(conn).await?;
         *self.cached.lock().unwrap_or_else(|e| e.into_inner()) =
             Some((ranges.clone(), Instant::now()));
         Some(ranges)
     }
+}
+
+/// The slot map as one node (any) sees it now, uncached; `None` if it did not answer.
+pub(crate) async fn fetch(conn: &mut ClusterConnection) -> Option<Ranges> {
+    let reply = conn
+        .route_command(
+            redis::cmd("CLUSTER").arg("SLOTS").clone(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        )
+        .await
+        .ok()?;
+    let mut ranges = parse_slots(&reply)?;
+    ranges.sort();
+    Some(ranges)
 }
 
 /// `keys` by index, one group per slot, each sent the usual way (routed by its key).

@@ -2,9 +2,10 @@
 //! the local gate and handoff, waiters, the watchdog, orphan clean-up and releases.
 //!
 //! Imports `settings`, `error`, `backend` and `kinds`; nothing here names a public handle.
-//! Bottom to top: `gate`, `hold`, `scope`, `waiters`, `watchdog`, `shared`, `orphan`,
-//! `release`.
+//! Bottom to top: `gate`, `hold`, `scope`, `waiters`, `watchdog`, `failover_watch`, `shared`,
+//! `orphan`, `release`.
 
+pub(crate) mod failover_watch;
 pub(crate) mod gate;
 pub(crate) mod hold;
 pub(crate) mod orphan;

@@ -13,6 +13,7 @@ use crate::backend::thread::Background;
 use crate::backend::topology::Topology;
 use crate::error::LockError;
 use crate::kinds::{Claim, LockKind};
+use crate::machinery::failover_watch;
 use crate::machinery::gate::Gates;
 use crate::machinery::hold::Hold;
 use crate::machinery::waiters::{WaiterSettings, Waiters, DEFAULT_HEALTH_INTERVAL};
@@ -69,6 +70,9 @@ impl Shared {
         // The subscriber tells the watchdog when its connection was lost or replaced: the
         // server may have restarted or failed over, so every hold is checked at once.
         let watchdog = Arc::new(Watchdog::start(pool.clone(), url.clone(), bg.handle()));
+        if topology.is_cluster() {
+            failover_watch::start(Arc::downgrade(&watchdog), pool.clone(), bg.handle());
+        }
         let hook = Arc::downgrade(&watchdog);
         let waiters = Waiters::start(
             topology.pubsub_source(&pool),

@@ -128,6 +128,11 @@ impl Watchdog {
         self.shared.wake_before(due);
     }
 
+    /// Whether any acquired hold is being renewed.
+    pub(crate) fn holds_any(&self) -> bool {
+        self.shared.entries().values().any(|e| e.active)
+    }
+
     /// Renews every hold now: called when a connection was lost or replaced (Redis restarted,
     /// failed over, or a link froze), so holds whose keys are gone learn it within a round trip
     /// instead of at their next scheduled renewal.
