@@ -66,7 +66,7 @@ impl Shared {
                 .await
                 .map_err(connect_err)?,
         );
-        check_channel_rights(&b, &topology, &pool, &url).await?;
+        check_channel_rights(&b, &pool, &url).await?;
         // The subscriber tells the watchdog when its connection was lost or replaced: the
         // server may have restarted or failed over, so every hold is checked at once.
         let watchdog = Arc::new(Watchdog::start(pool.clone(), url.clone(), bg.handle()));
@@ -189,28 +189,22 @@ impl Shared {
 /// Fails the build when the ACL user may not PUBLISH or SUBSCRIBE on dlock's channels (every
 /// one starts with the key prefix), naming the rule that grants them: without it, releases
 /// wake nobody and waiters of other clients sleep until the holder's lease ends.
-async fn check_channel_rights(
-    b: &Settings,
-    topology: &Topology,
-    pool: &Pool,
-    url: &str,
-) -> Result<(), LockError> {
+async fn check_channel_rights(b: &Settings, pool: &Pool, url: &str) -> Result<(), LockError> {
     let channel = format!("{}channel-check", b.prefix);
-    let pubsub = topology.pubsub_source(pool)();
     let timeout = b.response_timeout.max(b.connect_timeout);
-    match check_channel(&mut pool.get(), &pubsub, &channel, timeout).await {
+    match check_channel(&mut pool.get(), &channel, timeout).await {
         Ok(()) => Ok(()),
         Err(Refused::Unreachable(source)) => Err(LockError::Connect {
             url: url.to_owned(),
             source,
         }),
-        Err(Refused::Denied(command, said)) => {
+        Err(Refused::Denied(said)) => {
             let rule = format!("&{}*", glob_escape(&b.prefix));
             let user = b.acl_user();
             Err(LockError::invalid(
                 "",
                 format!(
-                    "the ACL user `{user}` of {url} may not {command} on dlock's channels \
+                    "the ACL user `{user}` of {url} may not PUBLISH on dlock's channels \
                      (`{channel}`; Redis said: {said}), so releases would wake no waiter; \
                      grant them with `ACL SETUSER {user} {rule}` (or `allchannels`)"
                 ),

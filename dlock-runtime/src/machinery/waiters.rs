@@ -304,7 +304,12 @@ async fn round_trip<T>(
 ) -> Reply {
     match tokio::time::timeout(timeout, call).await {
         Ok(Ok(_)) => Reply::Ok,
-        Ok(Err(e)) if matches!(e.kind(), redis::ErrorKind::Server(_)) => Reply::Refused,
+        Ok(Err(e)) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+            // The connection is fine, the request is not allowed (an ACL rule): say so, since
+            // the waiters now sleep until their holders' PTTL instead of being woken.
+            tracing::warn!(error = %e, "dlock subscriber: Redis refused a request; waiters fall back to PTTL retries");
+            Reply::Refused
+        }
         _ => Reply::Dead,
     }
 }
