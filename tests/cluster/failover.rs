@@ -505,6 +505,10 @@ async fn kill_while_held(master: usize) -> (Duration, Vec<Duration>) {
         // Data loss: the other client may get the lock before the holder is told. The gap is
         // what the holder's fencing token has to cover.
         let gap_ms = told.duration_since(killed).as_secs_f64() * 1e3 - after.as_secs_f64() * 1e3;
+        assert!(
+            gap_ms < LOSS_BOUND.as_secs_f64() * 1e3,
+            "`{name}`: its holder was told {gap_ms:.1} ms after the other client took the lock"
+        );
         println!(
             "`{name}` (missed): waiter got it {:.3} s after the kill; its holder was told \
              {:.3} s after the kill ({gap_ms:+.1} ms from the other client's acquire); {} \

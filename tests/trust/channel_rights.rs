@@ -70,11 +70,35 @@ async fn a_release_whose_publish_is_refused_still_reports_the_release() {
     let lock = client.lock("revoked");
     let guard = lock.acquire().await.unwrap();
     set_user(&mut admin, "resetchannels").await;
+    let _: () = dlock::redis::cmd("ACL")
+        .arg("LOG")
+        .arg("RESET")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
     guard
         .release()
         .await
         .expect("the lock was freed: the release happened");
     assert!(!lock.is_locked().await.unwrap(), "the lock is free");
+    // The release's PUBLISH really was refused (a server that let it through would make this
+    // test pass for nothing): Redis logged the denial of the lock's channel.
+    let log: Vec<std::collections::HashMap<String, dlock::redis::Value>> = dlock::redis::cmd("ACL")
+        .arg("LOG")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let denied = |e: &std::collections::HashMap<String, dlock::redis::Value>, field, want: &str| {
+        e.get(field).is_some_and(|v| {
+            dlock::redis::from_redis_value::<String>(v.clone()).is_ok_and(|s| s == want)
+        })
+    };
+    assert!(
+        log.iter()
+            .any(|e| denied(e, "reason", "channel") && denied(e, "object", lock.channel())),
+        "no ACL denial of `{}` logged: {log:?}",
+        lock.channel()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

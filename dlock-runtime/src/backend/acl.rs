@@ -20,8 +20,8 @@ use crate::backend::conn::Conn;
 pub(crate) enum Refused {
     /// Redis answered NOPERM to the PUBLISH; its own words follow.
     Denied(String),
-    /// The check could not be sent: the connection failed or did not answer in time.
-    Unreachable(redis::RedisError),
+    /// No answer about rights: another error, or no reply in time.
+    Unanswered(redis::RedisError),
 }
 
 /// Sends one PUBLISH on `conn` on `channel`, bounded by `timeout`.
@@ -34,8 +34,8 @@ pub(crate) async fn check_channel(
     match tokio::time::timeout(timeout, publish).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) if e.code() == Some("NOPERM") => Err(Refused::Denied(e.to_string())),
-        Ok(Err(e)) => Err(Refused::Unreachable(e)),
-        Err(_) => Err(Refused::Unreachable(redis::RedisError::from(
+        Ok(Err(e)) => Err(Refused::Unanswered(e)),
+        Err(_) => Err(Refused::Unanswered(redis::RedisError::from(
             std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 format!("no answer to PUBLISH within {timeout:?}"),

@@ -14,7 +14,7 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 use tokio::runtime::Handle;
 
 use crate::backend::sentinel::SentinelConn;
-use crate::backend::slots::{self, NodeAddr, Ranges, SlotMap};
+use crate::backend::slots::{self, NodeAddr, Owners, SlotMap};
 use crate::backend::thread::from_runtime;
 
 /// Lives on the runtime that drives the front connections; dropped (when that runtime shuts
@@ -144,9 +144,9 @@ impl Conn {
     }
 
     /// Which master serves which slots, asked now (`None` when not a cluster, or no answer).
-    pub(crate) async fn slot_owners(&mut self) -> Option<Ranges> {
+    pub(crate) async fn slot_owners(&mut self) -> Option<Owners> {
         match self {
-            Conn::Cluster(conn, _) => slots::fetch(conn).await,
+            Conn::Cluster(conn, _) => slots::owners(conn).await,
             Conn::Single(..) | Conn::Sentinel(_) => None,
         }
     }

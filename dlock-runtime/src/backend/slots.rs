@@ -36,8 +36,8 @@ impl std::fmt::Display for NodeAddr {
     }
 }
 
-/// First slot, last slot, the master serving them; sorted by first slot.
-pub(crate) type Ranges = Vec<(u16, u16, NodeAddr)>;
+/// First slot, last slot, the master serving them.
+type Ranges = Vec<(u16, u16, NodeAddr)>;
 
 /// Slot ranges -> master, fetched with `CLUSTER SLOTS` and cached.
 #[derive(Default)]
@@ -89,18 +89,48 @@ impl SlotMap {
     }
 }
 
-/// The slot map as one node (any) sees it now, uncached; `None` if it did not answer.
-pub(crate) async fn fetch(conn: &mut ClusterConnection) -> Option<Ranges> {
-    let reply = conn
-        .route_command(
-            redis::cmd("CLUSTER").arg("SLOTS").clone(),
-            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-        )
-        .await
-        .ok()?;
-    let mut ranges = parse_slots(&reply)?;
-    ranges.sort();
-    Some(ranges)
+/// First slot, last slot, the id of the master serving them; sorted by first slot.
+pub(crate) type Owners = Vec<(u16, u16, String)>;
+
+/// `CLUSTER SLOTS` as one node (any) answers it now, uncached; `None` if it did not answer.
+async fn cluster_slots(conn: &mut ClusterConnection) -> Option<Value> {
+    conn.route_command(
+        redis::cmd("CLUSTER").arg("SLOTS").clone(),
+        RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+    )
+    .await
+    .ok()
+}
+
+/// The slot map, uncached.
+async fn fetch(conn: &mut ClusterConnection) -> Option<Ranges> {
+    parse_slots(&cluster_slots(conn).await?)
+}
+
+/// Which master (by node id) serves which slots, as one node sees it now. Node ids, not
+/// addresses: without `cluster-announce-ip`, nodes may know one master by different addresses.
+pub(crate) async fn owners(conn: &mut ClusterConnection) -> Option<Owners> {
+    let Value::Array(entries) = cluster_slots(conn).await? else {
+        return None;
+    };
+    let mut owners: Owners = entries
+        .iter()
+        .map(|entry| {
+            let Value::Array(parts) = entry else {
+                return None;
+            };
+            let Value::Array(master) = parts.get(2)? else {
+                return None;
+            };
+            Some((
+                int(parts.first()?)?,
+                int(parts.get(1)?)?,
+                text(master.get(2)?)?,
+            ))
+        })
+        .collect::<Option<_>>()?;
+    owners.sort();
+    Some(owners)
 }
 
 /// `keys` by index, one group per slot, each sent the usual way (routed by its key).

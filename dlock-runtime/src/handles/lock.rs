@@ -304,6 +304,9 @@ impl Lock {
                         tracing::warn!(lock = %self.name, late_by = ?sent_at.elapsed(), "dlock: acquire reply arrived after its lease; releasing it");
                         crate::machinery::release::spawn_release(self.shared.clone(), hold.clone());
                         (hold, registration) = new_hold();
+                        // A kind that tells each owner on its own channel (the fair lock) must
+                        // listen on the new owner's.
+                        subscription = None;
                         give_up.forget();
                         0
                     } else {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 
 use crate::backend::conn::Pool;
-use crate::backend::slots::Ranges;
+use crate::backend::slots::Owners;
 use crate::machinery::watchdog::Watchdog;
 
 /// How often the slot map is read while holds exist: one `CLUSTER SLOTS` per client, small
@@ -30,7 +30,7 @@ pub(crate) fn start(watchdog: Weak<Watchdog>, pool: Arc<Pool>, rt: &Handle) {
 
 async fn run(watchdog: Weak<Watchdog>, pool: Arc<Pool>) {
     // Kept across idle spells: a failover between two holds still shows as a change.
-    let mut last: Option<Ranges> = None;
+    let mut last: Option<Owners> = None;
     loop {
         tokio::time::sleep(POLL).await;
         let Some(dog) = watchdog.upgrade() else {
@@ -48,8 +48,11 @@ async fn run(watchdog: Weak<Watchdog>, pool: Arc<Pool>) {
         if last.as_ref().is_some_and(|before| *before != now) {
             tracing::debug!("dlock: cluster slots changed masters; renewing every hold now");
             conn.slots_changed();
-            if let Some(dog) = watchdog.upgrade() {
-                dog.renew_all_now();
+            let renewing = watchdog.upgrade().is_some_and(|dog| dog.renew_all_now());
+            if !renewing {
+                // A renew-everything pass ran just now, maybe before the promotion: keep the
+                // old map, so the next poll sees the change again and asks once more.
+                continue;
             }
         }
         last = Some(now);

@@ -124,6 +124,15 @@ impl GatePass {
         GatePass::new(&self.map, &self.key, self.queue.clone())
     }
 
+    /// Whether a task of this client still waits behind this pass.
+    pub(crate) fn has_waiter(&self) -> bool {
+        let mut q = lock(&self.queue);
+        while q.waiting.front().is_some_and(|w| w.tx.is_closed()) {
+            q.waiting.pop_front();
+        }
+        !q.waiting.is_empty()
+    }
+
     /// Whether the next waiter (still waiting) can take over a hold whose lease is `lease`.
     /// Only an equal lease will do: the hold keeps its owner entry in Redis and its validity
     /// deadline, and the watchdog renews that entry with the receiver's lease, so a shorter

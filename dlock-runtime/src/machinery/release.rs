@@ -285,6 +285,11 @@ fn hand_over(shared: &Arc<Shared>, hold: &Arc<Hold>, due: Option<Instant>) -> bo
         return false;
     };
     if !pass.next_takes(hold.lease) {
+        if pass.has_waiter() {
+            // The next local task asked with another lease and takes the lock in Redis; as at
+            // the end of a run of handoffs, a waiting process gets to ask first.
+            hold.yield_next();
+        }
         *gate = Some(pass);
         return false;
     }

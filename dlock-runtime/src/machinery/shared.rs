@@ -145,6 +145,7 @@ impl Shared {
         hard: bool,
         kind: Arc<dyn LockKind>,
     ) -> Hold {
+        let id = self.next_seq();
         let claim = Claim {
             name,
             keys,
@@ -153,7 +154,7 @@ impl Shared {
             lease,
             hard,
         };
-        Hold::new(self.next_seq(), claim, kind)
+        Hold::new(id, claim, kind)
     }
 
     /// Turns a redis-rs error into a `LockError` naming the lock and the operation.
@@ -194,12 +195,19 @@ async fn check_channel_rights(b: &Settings, pool: &Pool, url: &str) -> Result<()
     let timeout = b.response_timeout.max(b.connect_timeout);
     match check_channel(&mut pool.get(), &channel, timeout).await {
         Ok(()) => Ok(()),
-        Err(Refused::Unreachable(source)) => Err(LockError::Connect {
-            url: url.to_owned(),
-            source,
-        }),
+        // Not an answer about rights (a server still loading, a slow link): the client works
+        // as it did before the check existed, and the first command says what is wrong.
+        Err(Refused::Unanswered(e)) => {
+            tracing::debug!(url, error = %e, "dlock: channel rights not checked");
+            Ok(())
+        }
         Err(Refused::Denied(said)) => {
-            let rule = format!("&{}*", glob_escape(&b.prefix));
+            // Denied the command itself (`-publish`), or the channel (no `&` rule for it).
+            let rule = if said.contains("command") {
+                "+publish +subscribe".to_owned()
+            } else {
+                format!("&{}*", glob_escape(&b.prefix))
+            };
             let user = b.acl_user();
             Err(LockError::invalid(
                 "",

@@ -136,7 +136,8 @@ impl Watchdog {
     /// Renews every hold now: called when a connection was lost or replaced (Redis restarted,
     /// failed over, or a link froze), so holds whose keys are gone learn it within a round trip
     /// instead of at their next scheduled renewal.
-    pub(crate) fn renew_all_now(&self) {
+    /// False when a pass ran within the last `RENEW_ALL_GAP` and this call did nothing.
+    pub(crate) fn renew_all_now(&self) -> bool {
         let now = Instant::now();
         {
             // At most one pass per RENEW_ALL_GAP: a burst of failing commands asks once.
@@ -146,7 +147,7 @@ impl Watchdog {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
             if last.is_some_and(|t| now < t + RENEW_ALL_GAP) {
-                return;
+                return false;
             }
             *last = Some(now);
         }
@@ -158,6 +159,7 @@ impl Watchdog {
         if any {
             self.shared.changed.notify_one();
         }
+        true
     }
 }
 

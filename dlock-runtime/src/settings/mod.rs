@@ -178,11 +178,12 @@ impl Settings {
     }
 }
 
-/// The user name in `url`, if it names one.
+/// The user `url` logs in as, if it names one: redis-rs authenticates only with a password,
+/// so a name alone (which may be a password written in the wrong place) logs in as `default`.
 fn url_user(url: &str) -> Option<String> {
     let parsed = url::Url::parse(url).ok()?;
     let user = parsed.username();
-    (!user.is_empty()).then(|| user.to_owned())
+    (!user.is_empty() && parsed.password().is_some()).then(|| user.to_owned())
 }
 
 impl std::fmt::Debug for Settings {
