@@ -110,25 +110,7 @@ async fn fetch(conn: &mut ClusterConnection) -> Option<Ranges> {
 /// Which master (by node id) serves which slots, as one node sees it now. Node ids, not
 /// addresses: without `cluster-announce-ip`, nodes may know one master by different addresses.
 pub(crate) async fn owners(conn: &mut ClusterConnection) -> Option<Owners> {
-    let Value::Array(entries) = cluster_slots(conn).await? else {
-        return None;
-    };
-    let mut owners: Owners = entries
-        .iter()
-        .map(|entry| {
-            let Value::Array(parts) = entry else {
-                return None;
-            };
-            let Value::Array(master) = parts.get(2)? else {
-                return None;
-            };
-            Some((
-                int(parts.first()?)?,
-                int(parts.get(1)?)?,
-                text(master.get(2)?)?,
-            ))
-        })
-        .collect::<Option<_>>()?;
+    let mut owners = slot_entries(&cluster_slots(conn).await?, |master| text(master.get(2)?))?;
     owners.sort();
     Some(owners)
 }
@@ -144,6 +126,18 @@ pub(crate) fn by_slot(keys: &[&str]) -> Vec<(Option<NodeAddr>, Vec<usize>)> {
 
 /// `CLUSTER SLOTS`: `[[start, end, [host, port, id, ...], replicas...], ...]`.
 fn parse_slots(v: &Value) -> Option<Ranges> {
+    slot_entries(v, |master| {
+        let host = text(master.first()?)?;
+        let port = int(master.get(1)?)?;
+        Some(NodeAddr { host, port })
+    })
+}
+
+/// Each range of a `CLUSTER SLOTS` reply with what `master` reads from its master's entry.
+fn slot_entries<T>(
+    v: &Value,
+    master: impl Fn(&[Value]) -> Option<T>,
+) -> Option<Vec<(u16, u16, T)>> {
     let Value::Array(entries) = v else {
         return None;
     };
@@ -154,12 +148,10 @@ fn parse_slots(v: &Value) -> Option<Ranges> {
                 return None;
             };
             let (lo, hi) = (int(parts.first()?)?, int(parts.get(1)?)?);
-            let Value::Array(master) = parts.get(2)? else {
+            let Value::Array(node) = parts.get(2)? else {
                 return None;
             };
-            let host = text(master.first()?)?;
-            let port = int(master.get(1)?)?;
-            Some((lo, hi, NodeAddr { host, port }))
+            Some((lo, hi, master(node)?))
         })
         .collect()
 }
