@@ -79,6 +79,19 @@ async fn queue_up(
     task
 }
 
+/// The tags of the next `n` waiters that got their turn (see `queue_up`), in that order.
+async fn turns(rx: &mut mpsc::UnboundedReceiver<&'static str>, n: usize) -> Vec<&'static str> {
+    let mut got = Vec::new();
+    for _ in 0..n {
+        let tag = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("each waiter gets its turn")
+            .unwrap();
+        got.push(tag);
+    }
+    got
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_queued_in_a_known_order_acquire_in_that_order() {
     let server = common::server();
@@ -97,14 +110,7 @@ async fn clients_queued_in_a_known_order_acquire_in_that_order() {
     let a = queue_up(&clients[0], "a", &tx, &mut raw, 2).await;
     let b = queue_up(&clients[1], "b", &tx, &mut raw, 3).await;
     held.release().await.unwrap();
-    let mut got = Vec::new();
-    for _ in 0..3 {
-        let tag = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-            .await
-            .expect("each waiter gets its turn")
-            .unwrap();
-        got.push(tag);
-    }
+    let got = turns(&mut rx, 3).await;
     assert_eq!(got, ["c", "a", "b"]);
     for t in [a, b, c] {
         t.await.unwrap().unwrap();
@@ -130,14 +136,7 @@ async fn tasks_of_the_holders_client_keep_their_place_among_other_clients() {
     let b1 = queue_up(&b, "b1", &tx, &mut raw, 2).await;
     let a2 = queue_up(&a, "a2", &tx, &mut raw, 3).await;
     held.release().await.unwrap();
-    let mut got = Vec::new();
-    for _ in 0..3 {
-        let tag = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-            .await
-            .expect("each waiter gets its turn")
-            .unwrap();
-        got.push(tag);
-    }
+    let got = turns(&mut rx, 3).await;
     assert_eq!(got, ["a1", "b1", "a2"]);
     for t in [a1, b1, a2] {
         t.await.unwrap().unwrap();
