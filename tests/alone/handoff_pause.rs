@@ -106,3 +106,62 @@ async fn a_run_ended_with_nobody_else_listening_goes_on_without_a_pause() {
         .unwrap()
         .expect("the other client got its turn");
 }
+
+/// A release that goes to Redis because the next local task asked with another lease (so it
+/// cannot be handed the hold, issue 17 item 6) lets a waiting process ask first, as the end of
+/// a run of handoffs does: otherwise a process whose call sites use two ttls would hand the
+/// lock back and forth between its own tasks through Redis, ahead of everyone else.
+#[tokio::test]
+async fn a_local_task_with_another_lease_lets_a_waiting_process_go_first() {
+    let server = common::server();
+    let busy = LockClient::builder(server.url())
+        .local_handoff_window(Duration::from_secs(60))
+        .build()
+        .await
+        .expect("connect");
+    let long = busy
+        .lock("handoff:mixed")
+        .ttl(Duration::from_secs(30))
+        .wait(Duration::from_secs(30));
+    let short = busy
+        .lock("handoff:mixed")
+        .ttl(Duration::from_secs(10))
+        .wait(Duration::from_secs(30));
+    let (logs, _capture) = capture_logs();
+    let first = long.acquire().await.unwrap();
+    let other = common::client(&server).await;
+    let waiter = other.lock("handoff:mixed").wait(Duration::from_secs(30));
+    let waiting = tokio::spawn(async move { waiter.acquire().await?.release().await });
+    common::eventually(
+        Duration::from_secs(5),
+        "the other client subscribed",
+        || {
+            let url = server.url();
+            let channel = long.channel().to_owned();
+            async move {
+                let n: Vec<(String, i64)> = dlock::redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg(&channel)
+                    .query_async(&mut common::raw(&url).await)
+                    .await
+                    .unwrap();
+                n[0].1 > 0
+            }
+        },
+    )
+    .await;
+    let mut next = queued(&short).await;
+    first.release().await.unwrap();
+    let next = next.as_mut().await.unwrap();
+    assert_eq!(
+        next.fencing_token() % LOCAL_TOKENS,
+        0,
+        "handed over across leases"
+    );
+    assert_eq!(pauses(&logs), 1, "no pause for the waiting client");
+    next.release().await.unwrap();
+    waiting
+        .await
+        .unwrap()
+        .expect("the other client got its turn");
+}
