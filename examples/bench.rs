@@ -522,9 +522,9 @@ fn calls(stats: &str, cmd: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Script calls (EVALSHA, and EVAL after a NOSCRIPT) Redis ran.
+/// Script calls (FCALL; EVALSHA, and EVAL after a NOSCRIPT or a missing library) Redis ran.
 fn script_calls(stats: &str) -> u64 {
-    calls(stats, "evalsha") + calls(stats, "eval")
+    calls(stats, "fcall") + calls(stats, "evalsha") + calls(stats, "eval")
 }
 
 /// `n` locks held with a 3 s ttl: renew script calls and renewals counted over 3 leases.

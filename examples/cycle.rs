@@ -8,7 +8,9 @@
 //! * a minimal lock's scripts (EXISTS + HSET + PEXPIRE, then HGET + DEL + PUBLISH), without
 //!   fencing tokens or a retry latch;
 //! * dlock's own acquire.lua and release.lua sent on a plain connection;
-//! * `Lock::acquire` + `LockGuard::release` (the scripts plus the client's bookkeeping).
+//! * `Lock::acquire` + `LockGuard::release` (the scripts plus the client's bookkeeping), with
+//!   the scripts called as functions of dlock's library (FCALL, the default on Redis 7+) and
+//!   from the script cache (EVALSHA, `functions(false)`).
 //!
 //! Redis's own time per call is printed from INFO commandstats.
 
@@ -50,7 +52,8 @@ where
     percentile(&mut samples, 0.5)
 }
 
-/// Microseconds Redis spent per EVALSHA since the last reset, and resets the counters.
+/// Microseconds Redis spent per script call (EVALSHA or FCALL) since the last reset, and resets
+/// the counters.
 async fn script_usec(admin: &mut MultiplexedConnection) -> f64 {
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
@@ -64,7 +67,7 @@ async fn script_usec(admin: &mut MultiplexedConnection) -> f64 {
         .expect("CONFIG RESETSTAT");
     stats
         .lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .find(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_fcall:"))
         .and_then(|l| {
             l.split("usec_per_call=")
                 .nth(1)?
@@ -93,13 +96,19 @@ async fn main() {
         .await
         .expect("connect");
     let lock = locks.lock("cycle:lock");
+    let cached = LockClient::builder(url.as_str())
+        .functions(false)
+        .build()
+        .await
+        .expect("connect");
+    let cached_lock = cached.lock("cycle:cached");
     let (nop, acquire, release) = (
         Script::new("return 1"),
         Script::new(ACQUIRE),
         Script::new(RELEASE),
     );
     let (min_acquire, min_release) = (Script::new(MINIMAL_ACQUIRE), Script::new(MINIMAL_RELEASE));
-    for round in 0..3 {
+    for round in 0..5 {
         let rtt = ping_rtt(&url, 2000).await;
         let row = |label: &str, d: Duration, usec: f64| {
             println!(
@@ -195,7 +204,24 @@ async fn main() {
         })
         .await;
         row(
-            "Lock::acquire + LockGuard::release",
+            "Lock::acquire + LockGuard::release (FCALL)",
+            d,
+            script_usec(&mut admin).await,
+        );
+        let d = median(|_| {
+            let lock = cached_lock.clone();
+            async move {
+                lock.acquire()
+                    .await
+                    .expect("acquire")
+                    .release()
+                    .await
+                    .expect("release");
+            }
+        })
+        .await;
+        row(
+            "the same with EVALSHA (functions(false))",
             d,
             script_usec(&mut admin).await,
         );

@@ -54,6 +54,28 @@ pub enum LockError {
         name: String,
     },
 
+    /// Redis granted the lock, but fewer replicas than asked for (see
+    /// [`LockClientBuilder::synced_replicas`](crate::LockClientBuilder::synced_replicas))
+    /// confirmed the write within the bound. The grant was given back: nobody holds the lock
+    /// through this attempt. Usually a replica is down, paused or lagging.
+    #[error(
+        "lock `{name}` at {url}: {acked} of {wanted} replica(s) confirmed the acquire within {}; \
+         it was released again",
+        Shown(*.within)
+    )]
+    NotSynced {
+        /// The lock's name.
+        name: String,
+        /// The Redis URL the client was built with (password removed).
+        url: String,
+        /// Replicas asked for.
+        wanted: u32,
+        /// Replicas that confirmed in time (WAIT's answer).
+        acked: u32,
+        /// The bound WAIT was given.
+        within: Duration,
+    },
+
     /// Redis could not be reached or answered with an error.
     #[error("redis at {url} failed during {op}{}: {source}", of_subject(.name, .op))]
     Redis {
@@ -138,6 +160,7 @@ impl LockError {
             LockError::Timeout { name, .. }
             | LockError::NotHeld { name }
             | LockError::Redis { name, .. }
+            | LockError::NotSynced { name, .. }
             | LockError::WrongType { name, .. }
             | LockError::InvalidArgument { name, .. }
             | LockError::SelfDeadlock { name, .. }

@@ -18,9 +18,11 @@
 //! # What it guarantees
 //!
 //! * **The protocol** (Redis side): one lock is one hash, owner id -> hold count, whose PTTL is
-//!   the lease. Acquire, release, renew and force-unlock are Lua scripts sent with EVALSHA and
-//!   reloaded on NOSCRIPT. Every key and channel of a lock is `<prefix>{<name>}...`: one hash
-//!   tag, one cluster slot. Names are percent-escaped, so user text cannot break the tag.
+//!   the lease. Acquire, release, renew and force-unlock are Lua scripts, loaded as one
+//!   versioned Redis FUNCTION library and called with FCALL (Redis 7+; replicated and
+//!   persisted with the data, so a failover does not lose them), or sent with EVALSHA where
+//!   the server has no FUNCTION (see [`LockClientBuilder::functions`]). Every key and channel
+//!   of a lock is `<prefix>{<name>}...`: one hash tag, one cluster slot. Names are percent-escaped, so user text cannot break the tag.
 //! * **Owners** are `<128 random bits of the client>:<sequence>`, one per top-level acquire,
 //!   never a thread or task id.
 //! * **Reentrancy follows the call chain**: an acquire inside [`LockGuard::scope`] of a hold of

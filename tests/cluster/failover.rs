@@ -14,7 +14,9 @@ use dlock::testing::{RedisCluster, Role};
 use dlock::{LockClient, LockError, LockGuard};
 use tokio::task::JoinHandle;
 
-use crate::{bounded, cluster_client, names_on_master, node_conn, own_cluster, until_subscribed};
+use crate::{
+    bounded, cluster_client, common, names_on_master, node_conn, own_cluster, until_subscribed,
+};
 
 /// Bound on any one step; also the waiters' `wait`.
 const STEP: Duration = Duration::from_secs(30);
@@ -559,4 +561,43 @@ async fn a_killed_master_under_the_subscriber_loses_only_what_its_replica_missed
 async fn waiters_of_a_lock_lost_with_a_killed_master_get_it_soon_after_the_promotion() {
     let (promotion, got) = kill_while_held(1).await;
     assert_missed_waiters_served(promotion, &got);
+}
+
+/// The function library is replicated, so a promoted replica answers the first script call at
+/// once (issue 17 item 4). With the script cache it answered NOSCRIPT, then took an EVAL: two
+/// script round trips where one is enough.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_acquire_after_a_promotion_is_one_script_call() {
+    let (mut cluster, _turn) = own_cluster().await;
+    let master = 1;
+    let old_port = cluster.masters().expect("masters")[master].port;
+    let client = cluster_client(&cluster).await;
+    let names = names_on_master(&cluster, &client, "cluster:promo", old_port, 2);
+    // Every script of the acquire path has run on the old master.
+    let warm = bounded(STEP, "warm-up", client.lock(names[0].as_str()).acquire()).await;
+    warm.unwrap().release().await.unwrap();
+
+    let promoted = tokio::task::block_in_place(|| cluster.failover(master)).expect("failover");
+    let mut admin = node_conn(&promoted.url).await;
+    let before = common::command_calls(&mut admin).await;
+    let first = bounded(
+        STEP,
+        "first acquire",
+        client.lock(names[1].as_str()).acquire(),
+    )
+    .await
+    .expect("the first acquire after the promotion");
+    let sent = common::script_calls_between(&before, &common::command_calls(&mut admin).await);
+    println!(
+        "first acquire after a cluster promotion, script commands on the new master: {sent:?}"
+    );
+    assert_eq!(
+        (
+            sent["fcall"],
+            sent["evalsha"] + sent["eval"] + sent["function|load"]
+        ),
+        (1, 0),
+        "one FCALL and nothing else: {sent:?}"
+    );
+    first.release().await.unwrap();
 }

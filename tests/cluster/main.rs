@@ -7,6 +7,8 @@
 mod attribute;
 mod bad_input;
 mod basics;
+#[path = "../common/mod.rs"]
+mod common;
 mod failover;
 mod fair_lock;
 mod fence;

@@ -1,19 +1,18 @@
 //! The watchdog on a cluster: every held lock is renewed, in one script call per node per
 //! tick (500 keys a call), not one per slot.
 //!
-//! Counted on the servers: `INFO commandstats` of every master (EVAL + EVALSHA, executed or
-//! rejected), sampled every 20 ms over a window in which this client neither acquires nor
+//! Counted on the servers: `INFO commandstats` of every master (EVAL, EVALSHA and FCALL, executed
+//! or rejected), sampled every 20 ms over a window in which this client neither acquires nor
 //! releases, so every script call in it is a renewal. A tick's calls go out together, so they
 //! show up as one burst of samples; bursts are at least a quarter of a renewal period apart.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use dlock::redis::aio::MultiplexedConnection;
 use dlock::LockClient;
 use futures_util::future::join_all;
 
-use crate::{bounded, node_conn, own_cluster};
+use crate::{bounded, common, node_conn, own_cluster};
 
 const LOCKS: usize = 3_000;
 const TTL: Duration = Duration::from_secs(3);
@@ -27,24 +26,6 @@ const KEYS_PER_CALL: usize = 500;
 const SAMPLE: Duration = Duration::from_millis(20);
 /// Samples with script calls less than this apart belong to one tick.
 const SAME_TICK: Duration = Duration::from_millis(100);
-
-/// EVAL + EVALSHA calls this node has received: executed (`calls`, failed ones included) plus
-/// refused before running (`rejected_calls`, e.g. CROSSSLOT).
-async fn script_calls(conn: &mut MultiplexedConnection) -> u64 {
-    let info: String = dlock::redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .expect("INFO commandstats");
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_eval:") || l.starts_with("cmdstat_evalsha:"))
-        .flat_map(|l| l.split_once(':').map(|(_, v)| v).unwrap_or("").split(','))
-        .filter_map(|field| {
-            let (k, v) = field.split_once('=')?;
-            matches!(k, "calls" | "rejected_calls").then(|| v.trim().parse::<u64>().ok())?
-        })
-        .sum()
-}
 
 /// Waits (bounded) until the watchdog renewed `lock`: its expiry moved later by 50 ms or more.
 async fn until_renewed(lock: &dlock::Lock) {
@@ -134,7 +115,7 @@ async fn renewing_3000_locks_costs_one_call_per_node_and_500_keys_per_tick() {
     let mut samples: Vec<(tokio::time::Instant, Vec<u64>)> = Vec::new();
     while tokio::time::Instant::now() < window_end {
         let at = tokio::time::Instant::now();
-        let counts = join_all(conns.iter_mut().map(script_calls)).await;
+        let counts = join_all(conns.iter_mut().map(common::script_calls)).await;
         samples.push((at, counts));
         tokio::time::sleep_until(at + SAMPLE).await;
         assert!(samples.len() < 1_000, "sampling loop ran away");

@@ -172,8 +172,12 @@ pub async fn yield_times(n: u64) {
     }
 }
 
-/// Script calls Redis has run so far (EVALSHA, and EVAL after a script cache miss).
-pub async fn script_calls(conn: &mut MultiplexedConnection) -> u64 {
+/// Calls per command this server has received so far (`INFO commandstats`; `function|load`
+/// for a subcommand): executed (`calls`, failed ones such as NOSCRIPT included) plus refused
+/// before running (`rejected_calls`, such as CROSSSLOT).
+pub async fn command_calls(
+    conn: &mut MultiplexedConnection,
+) -> std::collections::BTreeMap<String, u64> {
     let stats: String = dlock::redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
@@ -181,15 +185,43 @@ pub async fn script_calls(conn: &mut MultiplexedConnection) -> u64 {
         .expect("INFO commandstats");
     stats
         .lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
+        .filter_map(|l| l.strip_prefix("cmdstat_")?.split_once(':'))
+        .map(|(cmd, fields)| {
+            let n = fields
                 .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
+                .filter_map(|field| {
+                    let (k, v) = field.split_once('=')?;
+                    matches!(k, "calls" | "rejected_calls").then(|| v.trim().parse::<u64>().ok())?
+                })
+                .sum();
+            (cmd.to_owned(), n)
         })
+        .collect()
+}
+
+/// What a server received between two [`command_calls`] readings, for the script commands:
+/// FCALL, EVALSHA, EVAL and FUNCTION LOAD.
+pub fn script_calls_between(
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+) -> std::collections::BTreeMap<&'static str, u64> {
+    ["fcall", "evalsha", "eval", "function|load"]
+        .into_iter()
+        .map(|cmd| {
+            let of = |m: &std::collections::BTreeMap<String, u64>| m.get(cmd).copied().unwrap_or(0);
+            (cmd, of(after) - of(before))
+        })
+        .collect()
+}
+
+/// Script calls this server has received so far: EVAL, EVALSHA and FCALL (read-only variants
+/// too), counted as in [`command_calls`].
+pub async fn script_calls(conn: &mut MultiplexedConnection) -> u64 {
+    command_calls(conn)
+        .await
+        .into_iter()
+        .filter(|(cmd, _)| cmd.starts_with("eval") || cmd.starts_with("fcall"))
+        .map(|(_, n)| n)
         .sum()
 }
 

@@ -1,6 +1,8 @@
 //! A primary managed by Redis Sentinel (a primary, a replica and three sentinels, started by
 //! the test harness): locks work, and the client follows a failover.
 
+use crate::common;
+
 use std::time::{Duration, Instant};
 
 use dlock::testing::RedisSentinel;
@@ -142,4 +144,59 @@ async fn an_unknown_master_name_is_a_clear_error() {
     assert!(matches!(err, LockError::Connect { .. }), "{err:?}");
     assert!(err.to_string().contains("no-such-master"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(15));
+}
+
+/// The function library is replicated, so the promoted replica answers the first script call
+/// at once (issue 17 item 4); with the script cache it answered NOSCRIPT, then took an EVAL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_acquire_after_a_promotion_is_one_script_call() {
+    let mut sentinel = RedisSentinel::start().expect("start primary, replica and sentinels");
+    let a = client(&sentinel).await;
+    // Every script of the acquire path has run on the old primary, and the replica has it all.
+    a.lock("promo:warm")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let mut old = common::raw(&sentinel.master_url().unwrap()).await;
+    let acked: i64 = dlock::redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query_async(&mut old)
+        .await
+        .unwrap();
+    assert_eq!(acked, 1, "the replica did not catch up");
+
+    let new = sentinel
+        .kill_master()
+        .expect("sentinels promote the replica");
+    // The client finds the new primary with a read (no script): an acquire sent to the dead
+    // one would fail, and its clean-up would reach the new primary as one more script call.
+    let lock = a.lock("promo:first");
+    let started = Instant::now();
+    while let Err(e) = lock.is_locked().await {
+        assert!(started.elapsed() < Duration::from_secs(30), "{e}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut admin = common::raw(&new).await;
+    let before = common::command_calls(&mut admin).await;
+    let first = lock
+        .acquire()
+        .await
+        .expect("the first acquire after the promotion");
+    let sent = common::script_calls_between(&before, &common::command_calls(&mut admin).await);
+    println!(
+        "first acquire after a sentinel promotion, script commands on the new primary: {sent:?}"
+    );
+    assert_eq!(
+        (
+            sent["fcall"],
+            sent["evalsha"] + sent["eval"] + sent["function|load"]
+        ),
+        (1, 0),
+        "one FCALL and nothing else: {sent:?}"
+    );
+    first.release().await.unwrap();
 }

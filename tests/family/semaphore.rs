@@ -461,27 +461,13 @@ async fn the_watchdog_keeps_permits_past_several_leases() {
     assert_eq!(theirs.available().await.unwrap(), 2);
 }
 
-/// `cmdstat_evalsha` calls: every script call once the scripts are cached.
-async fn script_calls(conn: &mut MultiplexedConnection) -> u64 {
-    let info: String = dlock::redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 /// Script calls once no more arrive for 300 ms (bounded: 10 s).
 async fn settled_script_calls(conn: &mut MultiplexedConnection) -> u64 {
     let started = Instant::now();
-    let mut last = script_calls(conn).await;
+    let mut last = common::script_calls(conn).await;
     loop {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let now = script_calls(conn).await;
+        let now = common::script_calls(conn).await;
         if now == last {
             return now;
         }

@@ -1,4 +1,4 @@
-#!lua flags=allow-cross-slot-keys
+#!lua flags=allow-cross-slot-keys,allow-oom
 -- Renew many locks of one cluster node in one call (the watchdog's tick on a cluster).
 -- KEYS[1] one of the lock hashes: it routes the call, and if its slot moved, the node answers
 -- MOVED instead of running anything. The flag lets the script reach the other hashes, which

@@ -10,9 +10,12 @@ use std::sync::Arc;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use tokio::runtime::Handle;
 
+use crate::backend::library::Mode;
+use crate::backend::names::cluster_slot;
 use crate::backend::sentinel::SentinelConn;
 use crate::backend::slots::{self, NodeAddr, Owners, SlotMap};
 use crate::backend::thread::from_runtime;
@@ -109,7 +112,15 @@ impl Pool {
 /// undo sent meanwhile can get there first and find nothing to undo. The hold it meant to undo
 /// then expires with its lease (it is never renewed: it was never activated).
 #[derive(Clone)]
-pub(crate) enum Conn {
+pub(crate) struct Conn {
+    link: Link,
+    /// FCALL or EVALSHA, shared by every connection of one client.
+    pub(crate) mode: Arc<Mode>,
+}
+
+/// The connection itself, per deployment.
+#[derive(Clone)]
+pub(crate) enum Link {
     /// With a runtime: requests are sent from it (connections the client's thread drives).
     Single(ConnectionManager, Option<Handle>),
     Cluster(ClusterConnection, Arc<SlotMap>),
@@ -117,6 +128,18 @@ pub(crate) enum Conn {
 }
 
 impl Conn {
+    pub(crate) fn new(link: Link, mode: Arc<Mode>) -> Self {
+        Conn { link, mode }
+    }
+
+    /// The connection to a Sentinel-managed primary, if that is what this is.
+    pub(crate) fn sentinel(&self) -> Option<&SentinelConn> {
+        match &self.link {
+            Link::Sentinel(c) => Some(c),
+            _ => None,
+        }
+    }
+
     /// Groups `keys` (by index) by the node that serves them, so the watchdog can renew them
     /// in one call per node. `None` as the node: send the group the usual way (one server, or
     /// a cluster whose slot map is unknown right now, where each group is one slot).
@@ -124,9 +147,9 @@ impl Conn {
         &mut self,
         keys: &[&str],
     ) -> Vec<(Option<NodeAddr>, Vec<usize>)> {
-        match self {
-            Conn::Single(..) | Conn::Sentinel(_) => vec![(None, (0..keys.len()).collect())],
-            Conn::Cluster(conn, slots) => slots.group(conn, keys).await,
+        match &mut self.link {
+            Link::Single(..) | Link::Sentinel(_) => vec![(None, (0..keys.len()).collect())],
+            Link::Cluster(conn, slots) => slots.group(conn, keys).await,
         }
     }
 
@@ -136,24 +159,39 @@ impl Conn {
         node: &NodeAddr,
         cmd: &Cmd,
     ) -> redis::RedisResult<Value> {
-        match self {
-            Conn::Single(..) => cmd.query_async(self).await,
-            Conn::Sentinel(c) => cmd.query_async(c).await,
-            Conn::Cluster(c, _) => c.route_command(cmd.clone(), node.routing()).await,
+        if let Link::Cluster(c, _) = &mut self.link {
+            return c.route_command(cmd.clone(), node.routing()).await;
         }
+        cmd.query_async(self).await
+    }
+
+    /// Sends the first `count` commands of `pipeline` together to the node serving `key` (on one
+    /// server: to it), replies in order; a server error in a reply stays a value.
+    pub(crate) async fn pipeline_to_key(
+        &mut self,
+        pipeline: &Pipeline,
+        count: usize,
+        key: &str,
+    ) -> redis::RedisResult<Vec<Value>> {
+        if let Link::Cluster(c, _) = &mut self.link {
+            let slot = cluster_slot(key);
+            let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+            return c.route_pipeline(pipeline.clone(), 0, count, route).await;
+        }
+        self.req_packed_commands(pipeline, 0, count).await
     }
 
     /// Which master serves which slots, asked now (`None` when not a cluster, or no answer).
     pub(crate) async fn slot_owners(&mut self) -> Option<Owners> {
-        match self {
-            Conn::Cluster(conn, _) => slots::owners(conn).await,
-            Conn::Single(..) | Conn::Sentinel(_) => None,
+        match &mut self.link {
+            Link::Cluster(conn, _) => slots::owners(conn).await,
+            Link::Single(..) | Link::Sentinel(_) => None,
         }
     }
 
     /// Forgets the cluster's slot map (a grouped call failed: slots moved).
     pub(crate) fn slots_changed(&self) {
-        if let Conn::Cluster(_, slots) = self {
+        if let Link::Cluster(_, slots) = &self.link {
             slots.invalidate();
         }
     }
@@ -161,14 +199,14 @@ impl Conn {
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Conn::Single(c, None) => c.req_packed_command(cmd),
-            Conn::Single(c, Some(rt)) => {
+        match &mut self.link {
+            Link::Single(c, None) => c.req_packed_command(cmd),
+            Link::Single(c, Some(rt)) => {
                 let (mut c, cmd) = (c.clone(), cmd.clone());
                 from_runtime(rt, async move { c.req_packed_command(&cmd).await })
             }
-            Conn::Cluster(c, _) => c.req_packed_command(cmd),
-            Conn::Sentinel(c) => c.req_packed_command(cmd),
+            Link::Cluster(c, _) => c.req_packed_command(cmd),
+            Link::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -178,24 +216,24 @@ impl ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Single(c, None) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Single(c, Some(rt)) => {
+        match &mut self.link {
+            Link::Single(c, None) => c.req_packed_commands(pipeline, offset, count),
+            Link::Single(c, Some(rt)) => {
                 let (mut c, pipeline) = (c.clone(), pipeline.clone());
                 from_runtime(rt, async move {
                     c.req_packed_commands(&pipeline, offset, count).await
                 })
             }
-            Conn::Cluster(c, _) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
+            Link::Cluster(c, _) => c.req_packed_commands(pipeline, offset, count),
+            Link::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
-        match self {
-            Conn::Single(c, _) => c.get_db(),
-            Conn::Cluster(c, _) => c.get_db(),
-            Conn::Sentinel(c) => c.get_db(),
+        match &self.link {
+            Link::Single(c, _) => c.get_db(),
+            Link::Cluster(c, _) => c.get_db(),
+            Link::Sentinel(c) => c.get_db(),
         }
     }
 }

@@ -1,16 +1,18 @@
 //! The Redis side, and nothing of locks: connections per topology (one server, a cluster, a
 //! Sentinel-managed primary), the client's own thread that drives them, the cluster slot map,
-//! Lua scripts and their loading, and how names become hash-tagged keys.
+//! Lua scripts and their loading (one FUNCTION library), and how names become hash-tagged keys.
 //!
 //! Imports only `settings` and `error`. Bottom to top: `names`, `open`, `thread`, `slots`,
-//! `sentinel`, `conn`, `script`, `topology`.
+//! `sentinel`, `library`, `conn`, `script`, `topology`, `sync_conn`.
 
 pub(crate) mod acl;
 pub(crate) mod conn;
+pub(crate) mod library;
 pub(crate) mod names;
 pub(crate) mod open;
 pub(crate) mod script;
 pub(crate) mod sentinel;
 pub(crate) mod slots;
+pub(crate) mod sync_conn;
 pub(crate) mod thread;
 pub(crate) mod topology;

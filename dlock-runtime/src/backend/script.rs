@@ -1,23 +1,33 @@
-//! The Lua scripts of the lock protocol, built once.
+//! Calling dlock's Lua scripts.
 //!
-//! Each call sends EVALSHA; on NOSCRIPT (SCRIPT FLUSH, a restart, a failover to a replica that
-//! never saw the script) it re-sends the call as EVAL with the script's text, which also puts the
-//! script back in the server's cache. redis-rs's own `Script::invoke_async` instead does SCRIPT
-//! LOAD then EVALSHA again, and a flush landing between those two fails the call: for a release
-//! that would leave the lock held by nobody until its TTL (found by tests/trust/faults.rs).
-//! The scripts themselves are `.lua` files under `dlock-runtime/lua/`, one folder per lock kind
-//! (loaded by that kind's file under `kinds/`), plus `stock/` and `fence/`.
+//! Through a client's connections ([`Conn`]), a call is an FCALL of the script's function in
+//! dlock's library (see `library.rs`). When the server lost the library, the call is re-sent
+//! as EVAL with the script's text while the library is loaded again beside it, so the call
+//! costs one more round trip and no FUNCTION FLUSH, however timed, can fail it. When the
+//! server has no FUNCTION, or the user may not use it, the client switches to EVALSHA.
+//!
+//! EVALSHA (the fallback, and the fenced write on a caller's connection) answers NOSCRIPT
+//! (SCRIPT FLUSH, a restart, a failover to a replica that never saw the script) by re-sending
+//! the call as EVAL with the script's text, which also puts the script back in the server's
+//! cache. redis-rs's own `Script::invoke_async` instead does SCRIPT LOAD then EVALSHA again,
+//! and a flush landing between those two fails the call: for a release that would leave the
+//! lock held by nobody until its TTL (found by tests/trust/faults.rs).
+//! The scripts themselves are `.lua` files under `dlock-runtime/lua/`, one folder per lock kind,
+//! plus `stock/` and `fence/`.
 
 use redis::aio::ConnectionLike;
-
-use crate::backend::conn::Conn;
-use crate::backend::slots::NodeAddr;
 use redis::{FromRedisValue, RedisResult, ToRedisArgs, Value};
 
-/// A Lua script: its text and its SHA1, computed once.
+use crate::backend::conn::Conn;
+use crate::backend::library::{self, Source, LIBRARY};
+use crate::backend::slots::NodeAddr;
+
+/// A Lua script: its text, its SHA1, and its function in dlock's library, computed once.
 pub(crate) struct Script {
     source: std::borrow::Cow<'static, str>,
     sha: String,
+    /// `None` for a script outside the library (the fenced write): EVALSHA only.
+    function: Option<String>,
 }
 
 /// One call of a script, built like redis-rs's `ScriptInvocation`.
@@ -29,11 +39,21 @@ pub(crate) struct Call<'a> {
 }
 
 impl Script {
+    /// A script outside the library, always sent with EVALSHA.
     pub(crate) fn new(source: impl Into<std::borrow::Cow<'static, str>>) -> Self {
         let source = source.into();
         Script {
             sha: redis::Script::new(&source).get_hash().to_owned(),
             source,
+            function: None,
+        }
+    }
+
+    /// A script of dlock's library.
+    pub(crate) fn of(source: &Source) -> Self {
+        Script {
+            function: Some(LIBRARY.function(source)),
+            ..Script::new(source.text)
         }
     }
 
@@ -75,30 +95,67 @@ impl Call<'_> {
         cmd
     }
 
+    /// Through one of the client's connections, routed by the first key.
+    pub(crate) async fn invoke_async<T: FromRedisValue>(&self, conn: &mut Conn) -> RedisResult<T> {
+        redis::from_redis_value(self.run(conn, None).await?).map_err(Into::into)
+    }
+
     /// Like [`Call::invoke_async`], sent to one cluster node (on one server: to it).
     pub(crate) async fn invoke_on<T: FromRedisValue>(
         &self,
         conn: &mut Conn,
         node: &NodeAddr,
     ) -> RedisResult<T> {
-        // A routed command returns server errors as values: make them errors first.
-        let reply = match conn
-            .query_on(node, &self.command("EVALSHA", &self.script.sha))
-            .await
-            .and_then(Value::extract_error)
-        {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                conn.query_on(node, &self.command("EVAL", &self.script.source))
-                    .await
-                    .and_then(Value::extract_error)
-            }
-            other => other,
-        }?;
-        redis::from_redis_value(reply).map_err(Into::into)
+        redis::from_redis_value(self.run(conn, Some(node)).await?).map_err(Into::into)
     }
 
-    /// EVALSHA, and EVAL with the text when the server does not know the SHA.
-    pub(crate) async fn invoke_async<T: FromRedisValue>(
+    /// The call, then WAIT for `replicas` replicas at most `within`, in one round trip on the
+    /// connection the script ran on (WAIT counts that connection's writes): the reply, and how
+    /// many replicas confirmed. A call that needs its fallback (the library or the script
+    /// lost) runs that first, then WAITs on its own.
+    pub(crate) async fn invoke_then_wait<T: FromRedisValue>(
+        &self,
+        conn: &mut Conn,
+        replicas: u32,
+        within: std::time::Duration,
+    ) -> RedisResult<(T, u32)> {
+        let first = match (&self.script.function, conn.mode.functions()) {
+            (Some(function), true) => self.command("FCALL", function),
+            _ => self.command("EVALSHA", &self.script.sha),
+        };
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(within.as_millis().max(1) as u64);
+        let mut pipeline = redis::pipe();
+        pipeline.add_command(first).add_command(wait.clone());
+        let key = String::from_utf8_lossy(self.keys.first().map_or(&[][..], |k| k));
+        let replies = conn.pipeline_to_key(&pipeline, 2, &key).await?;
+        let [reply, acked]: [Value; 2] = replies.try_into().map_err(|got: Vec<Value>| {
+            redis::RedisError::from(std::io::Error::other(format!(
+                "{} replies to a script and its WAIT",
+                got.len()
+            )))
+        })?;
+        let reply = match reply.extract_error() {
+            Err(e) if needs_fallback(&e) => {
+                let reply = self.run(conn, None).await?;
+                let mut alone = redis::pipe();
+                alone.add_command(wait);
+                let acked = conn.pipeline_to_key(&alone, 1, &key).await?.remove(0);
+                return Ok((
+                    redis::from_redis_value(reply)?,
+                    redis::from_redis_value(acked.extract_error()?)?,
+                ));
+            }
+            other => other?,
+        };
+        Ok((
+            redis::from_redis_value(reply)?,
+            redis::from_redis_value(acked.extract_error()?)?,
+        ))
+    }
+
+    /// On a connection dlock knows nothing of (the caller's): EVALSHA, then EVAL on NOSCRIPT.
+    pub(crate) async fn invoke_plain<T: FromRedisValue>(
         &self,
         conn: &mut (impl ConnectionLike + Send),
     ) -> RedisResult<T> {
@@ -114,5 +171,86 @@ impl Call<'_> {
             }
             other => other,
         }
+    }
+
+    /// FCALL while the client uses the library, else EVALSHA (see the module docs).
+    async fn run(&self, conn: &mut Conn, node: Option<&NodeAddr>) -> RedisResult<Value> {
+        if let (Some(function), true) = (&self.script.function, conn.mode.functions()) {
+            match send(conn, node, &self.command("FCALL", function)).await {
+                Err(e) if library::is_missing(&e) => {
+                    // This call runs from its text; the library is back for the next ones.
+                    let mut loader = conn.clone();
+                    let eval = self.command("EVAL", &self.script.source);
+                    let (loaded, reply) =
+                        tokio::join!(load_library(&mut loader, node), send(conn, node, &eval));
+                    if let Err(e) = loaded {
+                        library_refused(conn, &e);
+                    }
+                    return reply;
+                }
+                Err(e) if library::is_unavailable(&e) => library_refused(conn, &e),
+                other => return other,
+            }
+        }
+        match send(conn, node, &self.command("EVALSHA", &self.script.sha)).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                send(conn, node, &self.command("EVAL", &self.script.source)).await
+            }
+            other => other,
+        }
+    }
+}
+
+/// The first try of a call failed only because the server lost the library or the script, or
+/// has no FUNCTION: [`Call::run`]'s ladder answers it.
+fn needs_fallback(e: &redis::RedisError) -> bool {
+    library::is_missing(e)
+        || library::is_unavailable(e)
+        || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// Sends `cmd` by its key, or to `node`; a server error in the reply is an error.
+async fn send(conn: &mut Conn, node: Option<&NodeAddr>, cmd: &redis::Cmd) -> RedisResult<Value> {
+    match node {
+        Some(node) => conn.query_on(node, cmd).await,
+        None => cmd.query_async(conn).await,
+    }
+    .and_then(Value::extract_error)
+}
+
+/// `FUNCTION LOAD` of dlock's library, on `node` or (no node) on every master. Finding it
+/// there already is success.
+async fn load_library(conn: &mut Conn, node: Option<&NodeAddr>) -> RedisResult<()> {
+    let mut load = redis::cmd("FUNCTION");
+    load.arg("LOAD").arg(&LIBRARY.code);
+    match send(conn, node, &load).await {
+        Err(e) if !library::is_loaded_already(&e) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// A load or a call of the library failed: with no FUNCTION on the server, or no right to
+/// it, the client uses EVALSHA from now on. Anything else (a connection lost) changes nothing.
+fn library_refused(conn: &Conn, e: &redis::RedisError) {
+    if library::is_unavailable(e) {
+        tracing::info!(error = %e, library = %LIBRARY.name,
+            "Redis FUNCTION is unavailable (Redis before 7.0, or the ACL user lacks +function \
+             and +fcall): calling scripts with EVALSHA");
+        conn.mode.use_scripts();
+    } else {
+        tracing::debug!(error = %e, library = %LIBRARY.name,
+            "loading dlock's function library failed; the next call that misses it retries");
+    }
+}
+
+/// Loads dlock's library at connect, so the first call needs no fallback; decides between
+/// FCALL and EVALSHA for the client.
+pub(crate) async fn install_library(conn: &mut Conn) {
+    if !conn.mode.functions() {
+        return;
+    }
+    match load_library(conn, None).await {
+        Ok(()) => tracing::debug!(library = %LIBRARY.name, "dlock's function library is loaded"),
+        Err(e) => library_refused(conn, &e),
     }
 }

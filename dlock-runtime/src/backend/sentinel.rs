@@ -32,6 +32,7 @@ const RETRY: Duration = Duration::from_millis(250);
 const PATIENCE: Duration = Duration::from_secs(60);
 
 /// Where the primary is and how to log in to it.
+#[derive(Clone)]
 pub(crate) struct MasterSpec {
     pub(crate) sentinels: Vec<redis::Client>,
     pub(crate) name: String,

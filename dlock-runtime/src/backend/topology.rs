@@ -12,7 +12,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use tokio::runtime::Handle;
 
-use crate::backend::conn::{Conn, Pool};
+use crate::backend::conn::{Conn, Link, Pool};
+use crate::backend::library::Mode;
 use crate::backend::open::{manager_config, open_client, root_only};
 use crate::backend::sentinel::{Follower, MasterSpec, SentinelConn};
 use crate::backend::slots::SlotMap;
@@ -27,6 +28,7 @@ pub(crate) type ClientSource = Arc<dyn Fn() -> Vec<redis::Client> + Send + Sync>
 /// Where the client's Redis is, as the builder described it. Made once per client, so the size
 /// difference between variants does not matter.
 #[allow(clippy::large_enum_variant)]
+#[derive(Clone)]
 pub(crate) enum Topology {
     /// One server (or anything reached through one address).
     Single {
@@ -36,7 +38,7 @@ pub(crate) enum Topology {
     },
     /// A primary managed by Redis Sentinel (followed across failovers, see `sentinel.rs`).
     Sentinel {
-        spec: Option<MasterSpec>,
+        spec: MasterSpec,
         /// `<master> via <sentinel URLs>`, passwords removed.
         url: String,
     },
@@ -82,10 +84,7 @@ impl Topology {
                     tls_root: b.tls_root.clone(),
                     config: manager_config(b.response_timeout, b.connect_timeout),
                 };
-                Ok(Topology::Sentinel {
-                    spec: Some(spec),
-                    url,
-                })
+                Ok(Topology::Sentinel { spec, url })
             }
             Target::Cluster(nodes) => {
                 let url = b.display_target();
@@ -135,20 +134,22 @@ impl Topology {
     /// `static` client may outlive), and for a cluster, they are driven by the client's own
     /// thread from the start.
     pub(crate) async fn open_pool(
-        &mut self,
+        &self,
         bg: &Background,
         n: usize,
         response_timeout: Duration,
         connect_timeout: Duration,
+        mode: Arc<Mode>,
     ) -> redis::RedisResult<Pool> {
         let client = match self {
             Topology::Single { client, .. } => client.clone(),
             Topology::Sentinel { spec, .. } => {
-                let spec = spec
-                    .take()
-                    .expect("a sentinel topology opens its pool once");
+                let spec = spec.clone();
                 let follower = Follower::start(spec, bg.handle().clone()).await?;
-                return Ok(Pool::new(vec![Conn::Sentinel(SentinelConn(follower))]));
+                return Ok(Pool::new(vec![Conn::new(
+                    Link::Sentinel(SentinelConn(follower)),
+                    mode,
+                )]));
             }
             Topology::Cluster { client, .. } => {
                 // One cluster connection already multiplexes over every node.
@@ -156,7 +157,7 @@ impl Topology {
                 let conn = bg
                     .run(async move { client.get_async_connection().await })
                     .await??;
-                let conn = Conn::Cluster(conn, Arc::new(SlotMap::default()));
+                let conn = Conn::new(Link::Cluster(conn, Arc::new(SlotMap::default())), mode);
                 return Ok(Pool::new(vec![conn]));
             }
         };
@@ -164,17 +165,51 @@ impl Topology {
         let here = tokio::runtime::Handle::current();
         if here.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
             let on = Some(bg.handle().clone());
-            let conns = bg.run(open_managers(client, config, n, on)).await??;
+            let conns = bg.run(open_managers(client, config, n, on, mode)).await??;
             return Ok(Pool::new(conns));
         }
-        let front = open_managers(client.clone(), config.clone(), n, None).await?;
+        let front = open_managers(client.clone(), config.clone(), n, None, mode.clone()).await?;
         // Opened (so driven) on the client's thread: the watchdog, orphan clean-ups and
         // background releases use them from there, so no caller runtime can stall a renewal,
         // and commands move to them when the caller's runtime is gone. One is enough for
         // background work; after a switch, every command shares it.
         let on = Some(bg.handle().clone());
-        let back = bg.run(open_managers(client, config, 1, on)).await??;
+        let back = bg.run(open_managers(client, config, 1, on, mode)).await??;
         Ok(Pool::fronted(back, front, &here))
+    }
+
+    /// One more command connection, of its own and driven by the client's thread: the one that
+    /// sends WAIT (see `sync_conn.rs`), which blocks the connection it is sent on.
+    pub(crate) async fn open_one(
+        &self,
+        bg: Handle,
+        mode: Arc<Mode>,
+        response_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> redis::RedisResult<Conn> {
+        let topology = self.clone();
+        let on = bg.clone();
+        let open = async move {
+            match topology {
+                Topology::Single { client, .. } => {
+                    let config = manager_config(response_timeout, connect_timeout);
+                    let mut one = open_managers(client, config, 1, Some(on), mode).await?;
+                    Ok(one.remove(0))
+                }
+                Topology::Sentinel { spec, .. } => {
+                    let follower = Follower::start(spec, on).await?;
+                    Ok(Conn::new(Link::Sentinel(SentinelConn(follower)), mode))
+                }
+                Topology::Cluster { client, .. } => {
+                    let conn = client.get_async_connection().await?;
+                    let slots = Arc::new(SlotMap::default());
+                    Ok(Conn::new(Link::Cluster(conn, slots), mode))
+                }
+            }
+        };
+        bg.spawn(open)
+            .await
+            .map_err(|e| std::io::Error::other(format!("dlock background thread: {e}")))?
     }
 
     /// The clients the waiters' subscriber connects with, asked at every (re)connect: the
@@ -190,7 +225,7 @@ impl Topology {
                 Arc::new(move || seeds.clone())
             }
             Topology::Sentinel { .. } => {
-                let Conn::Sentinel(SentinelConn(follower)) = pool.get() else {
+                let Some(SentinelConn(follower)) = pool.get().sentinel().cloned() else {
                     unreachable!("a sentinel topology's pool holds its follower")
                 };
                 Arc::new(move || {
@@ -209,11 +244,12 @@ async fn open_managers(
     config: ConnectionManagerConfig,
     n: usize,
     on: Option<Handle>,
+    mode: Arc<Mode>,
 ) -> redis::RedisResult<Vec<Conn>> {
     let mut conns = Vec::with_capacity(n);
     for _ in 0..n {
         let manager = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
-        conns.push(Conn::Single(manager, on.clone()));
+        conns.push(Conn::new(Link::Single(manager, on.clone()), mode.clone()));
     }
     Ok(conns)
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::error::LockError;
 use crate::handles::client::LockClient;
 use crate::machinery::shared::Shared;
-use crate::settings::{Settings, Target};
+use crate::settings::{ReplicaSync, Settings, Target};
 
 /// Builds a [`LockClient`]; start with [`LockClient::builder`] (one server) or
 /// [`LockClient::cluster_builder`] (a Redis Cluster).
@@ -130,6 +130,58 @@ impl LockClientBuilder {
     /// deployments, whose URLs carry them.
     pub fn master_auth(mut self, username: Option<&str>, password: &str) -> Self {
         self.settings.master_auth = (username.map(str::to_owned), Some(password.to_owned()));
+        self
+    }
+
+    /// Whether to load dlock's scripts as one Redis FUNCTION library and call them with FCALL
+    /// (default `true`). Where the server has no FUNCTION (before Redis 7.0) or the ACL user
+    /// may not load or call functions, the client uses EVALSHA whatever this says; `false`
+    /// uses EVALSHA everywhere.
+    ///
+    /// A library is replicated and persisted with the data, so after a failover or a restart
+    /// from RDB/AOF the first call of each script is answered at once, where the script cache
+    /// answers NOSCRIPT and costs one more round trip. Each dlock build has its own library,
+    /// `dlock_<version>_<hash>` in `FUNCTION LIST`, so clients of two versions coexist in a
+    /// rolling deploy. Libraries of versions no longer running can be deleted with `FUNCTION
+    /// DELETE` at any time: a client that still uses one loads it again on its next call.
+    /// The user needs `+function|load` and `+fcall` (both in `+@scripting`).
+    pub fn functions(mut self, enabled: bool) -> Self {
+        self.settings.functions = enabled;
+        self
+    }
+
+    /// Replica-synced locks, off by default: after every acquire and every renewal, the client
+    /// sends `WAIT replicas within` on the same connection, in the same round trip (Redisson's
+    /// `checkLockSyncedSlaves`). An acquire that Redis granted but fewer than `replicas`
+    /// replicas confirmed within `within` is released again and fails with
+    /// [`LockError::NotSynced`]; a renewal that is not confirmed does not count, so a hold
+    /// whose replicas stop confirming reads as lost when its lease runs out. `replicas` 0
+    /// turns it off; a handle can choose otherwise ([`Lock::synced_replicas`]). `within` must
+    /// be shorter than the [`response_timeout`](LockClientBuilder::response_timeout).
+    ///
+    /// What it buys: a failover to a replica that confirmed the acquire keeps the lock, where
+    /// with asynchronous replication a replica that missed the write is promoted without it
+    /// and another client can take the lock the holder still believes it holds.
+    ///
+    /// What it does not promise. In Redis's own words, WAIT "does not make Redis a strongly
+    /// consistent store": the confirmed replicas have *received* the write, not written it to
+    /// disk, and Sentinel or Cluster may still promote a replica that did not confirm it (one
+    /// that was lagging when the primary died). A replica restarted without persistence
+    /// forgets it. So keep fencing tokens for correctness ([`crate::fence`]); a synced lock
+    /// narrows the window, it does not close it. WAITAOF (Redis 7.2+, fsync on replicas) is
+    /// not used yet.
+    ///
+    /// Cost: one extra step per acquire and renewal, in the same round trip, plus the
+    /// replicas' acknowledgement time. Synced calls go over a connection of their own, opened
+    /// on first use, since WAIT blocks the connection it is sent on; they queue behind each
+    /// other's WAIT there, so while a replica is down each one takes up to `within`. Holds of a
+    /// synced lock are never passed to another task without Redis (local handoff). The fair
+    /// lock's direct grant is confirmed by the waiter's next attempt rather than taken from
+    /// the message.
+    ///
+    /// [`Lock::synced_replicas`]: crate::Lock::synced_replicas
+    pub fn synced_replicas(mut self, replicas: u32, within: Duration) -> Self {
+        self.settings.sync = ReplicaSync::new(replicas, within);
         self
     }
 

@@ -179,7 +179,7 @@ where
     let mut call = SET_IF_NEWER.key(key);
     call.arg(token.to_string()).arg(value.as_ref());
     let (written, highest): (i64, String) = call
-        .invoke_async(conn)
+        .invoke_plain(conn)
         .await
         .map_err(|e| redis_error(key, "fence write", e))?;
     if written == 1 {

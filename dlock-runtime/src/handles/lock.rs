@@ -17,6 +17,7 @@ use crate::machinery::release::Baton;
 use crate::machinery::scope;
 use crate::machinery::shared::Shared;
 use crate::machinery::waiters::Subscription;
+use crate::settings::ReplicaSync;
 
 /// A handle on the lock called `name`; made by [`LockClient::lock`](crate::LockClient::lock). Cheap to clone; holds no
 /// lock by itself.
@@ -42,6 +43,8 @@ pub struct Lock {
     ttl: Option<Duration>,
     lease: Option<Duration>,
     wait: Option<Duration>,
+    /// Replica-synced writes for this handle (`None`: the client's default).
+    sync: Option<Option<ReplicaSync>>,
 }
 
 impl Lock {
@@ -60,6 +63,7 @@ impl Lock {
             ttl: None,
             lease: None,
             wait: None,
+            sync: None,
         }
     }
 
@@ -83,6 +87,14 @@ impl Lock {
     /// 10 s). `Duration::ZERO` tries once.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
+        self
+    }
+
+    /// Replica-synced acquires and renewals for this handle, overriding the client's
+    /// [`synced_replicas`](crate::LockClientBuilder::synced_replicas) (which documents what it
+    /// does and does not promise); `replicas` 0 turns it off for this handle.
+    pub fn synced_replicas(mut self, replicas: u32, within: Duration) -> Self {
+        self.sync = Some(ReplicaSync::new(replicas, within));
         self
     }
 
@@ -181,7 +193,18 @@ impl Lock {
         if lease > crate::settings::MAX_LEASE {
             return bad("ttl/lease longer than 100 years; use a finite lease");
         }
+        if let Some(problem) = self
+            .sync()
+            .and_then(|s| s.problem(self.shared.response_timeout))
+        {
+            return bad(&problem);
+        }
         Ok(lease)
+    }
+
+    /// The replica sync this handle's holds ask for.
+    fn sync(&self) -> Option<ReplicaSync> {
+        self.sync.unwrap_or(self.shared.sync)
     }
 
     pub(crate) async fn acquire_within(&self, wait: Duration) -> Result<LockGuard, LockError> {
@@ -215,7 +238,11 @@ impl Lock {
         };
         // A watchdog-renewed hold of a kind that allows it can be handed over by the previous
         // local holder instead of taken in Redis.
-        let takes_hold = (self.kind.hands_over_locally() && self.lease.is_none()).then_some(lease);
+        // Not to a synced acquire: the hold it would get may never have been confirmed by
+        // replicas (a synced hold may still go to an unsynced task).
+        let takes_hold =
+            (self.kind.hands_over_locally() && self.lease.is_none() && self.sync().is_none())
+                .then_some(lease);
         let pass = if self.kind.queues_locally() {
             let entered = inner.gates.enter(&self.keys.key, takes_hold);
             match tokio::time::timeout_at(deadline, entered).await {
@@ -275,6 +302,7 @@ impl Lock {
                 lease,
                 hard,
                 self.kind.clone(),
+                self.sync(),
             ));
             // Registered before the first request goes out; removed again on any failure or
             // cancellation by the registration's Drop.
@@ -285,7 +313,7 @@ impl Lock {
         let mut subscription = None;
         loop {
             let sent_at = Instant::now();
-            let bound = self.attempt_bound(sent_at, deadline, wait);
+            let bound = self.attempt_bound(sent_at, deadline, wait, &hold);
             let attempt = match tokio::time::timeout_at(bound, self.attempt(&hold, None)).await {
                 Ok(attempt) => attempt?,
                 // Dropping the attempt armed its orphan clean-up: whatever Redis may still
@@ -361,7 +389,9 @@ impl Lock {
     /// message: its next attempt sets its expiry.
     fn grant_heard(&self, sub: &Subscription, hold: &Hold, last_sent: Instant) -> Option<u64> {
         let lifetime = self.kind.grant_lifetime()?;
-        if hold.hard {
+        // A synced hold is not taken from a message either: its next attempt finds the grant
+        // and has replicas confirm it.
+        if hold.hard || hold.sync.is_some() {
             return None;
         }
         let token = sub.take_message(|m| self.kind.granted(hold, m))?;
@@ -395,12 +425,20 @@ impl Lock {
     /// How long one attempt may wait for Redis's reply: the rest of the wait, but at least
     /// [`ATTEMPT_GRACE`] (so the last attempt, made when the wait is up, can be answered); a
     /// try-once (`wait` zero) gets the response timeout.
-    fn attempt_bound(&self, now: Instant, deadline: Instant, wait: Duration) -> Instant {
+    /// A synced attempt also gets its WAIT's bound.
+    fn attempt_bound(
+        &self,
+        now: Instant,
+        deadline: Instant,
+        wait: Duration,
+        hold: &Hold,
+    ) -> Instant {
         let response_timeout = self.shared.response_timeout;
+        let synced = hold.sync.map_or(Duration::ZERO, |s| s.within);
         if wait.is_zero() {
-            return now + response_timeout;
+            return now + response_timeout + synced;
         }
-        deadline.max(now + ATTEMPT_GRACE.min(response_timeout))
+        deadline.max(now + ATTEMPT_GRACE.min(response_timeout) + synced)
     }
 
     /// The error for an attempt Redis did not answer within its bound.
@@ -443,6 +481,7 @@ impl Lock {
                     lease,
                     hard,
                     self.kind.clone(),
+                    self.sync(),
                 )
                 .for_owner(&parent.owner),
         );
@@ -565,6 +604,9 @@ impl Lock {
         request: &Claim,
         reentry: Option<&str>,
     ) -> Result<Attempt, LockError> {
+        if let Some(sync) = hold.sync {
+            return self.attempt_synced(hold, request, reentry, sync).await;
+        }
         let mut conn = self.shared.conn();
         let orphan = Orphan::new(&self.shared, conn.clone(), hold, reentry.map(str::to_owned));
         let reply: redis::RedisResult<(i64, i64)> = hold
@@ -581,6 +623,51 @@ impl Lock {
                 // A server error means the script did not change anything (scripts check
                 // before they write). A timeout or a dropped connection is ambiguous: the
                 // Orphan (still armed) cleans up.
+                if matches!(e.kind(), redis::ErrorKind::Server(_)) {
+                    orphan.disarm();
+                }
+                Err(self.redis_error("acquire", e))
+            }
+        }
+    }
+
+    /// [`Lock::attempt_as`] on the synced connection, followed by WAIT. A grant that too few
+    /// replicas confirmed is given back by the `Orphan` (on that connection, so after the
+    /// grant) and reported as [`LockError::NotSynced`].
+    async fn attempt_synced(
+        &self,
+        hold: &Hold,
+        request: &Claim,
+        reentry: Option<&str>,
+        sync: ReplicaSync,
+    ) -> Result<Attempt, LockError> {
+        let mut conn =
+            (self.shared.sync_conn.get().await).map_err(|e| self.redis_error("acquire", e))?;
+        let orphan = Orphan::new(&self.shared, conn.clone(), hold, reentry.map(str::to_owned));
+        let reply = hold
+            .kind
+            .acquire(request, reentry, self.shared.latch_ttl)
+            .invoke_then_wait::<(i64, i64)>(&mut conn, sync.replicas, sync.within)
+            .await;
+        match reply {
+            Ok((reply, acked)) => {
+                let attempt = hold.kind.decode_acquire(reply);
+                if matches!(attempt, Attempt::Acquired { .. }) && acked < sync.replicas {
+                    tracing::warn!(lock = %self.name, acked, wanted = sync.replicas, within = ?sync.within,
+                        "dlock: too few replicas confirmed the acquire; releasing it");
+                    drop(orphan);
+                    return Err(LockError::NotSynced {
+                        name: self.name.clone(),
+                        url: self.shared.url.clone(),
+                        wanted: sync.replicas,
+                        acked,
+                        within: sync.within,
+                    });
+                }
+                orphan.disarm();
+                Ok(attempt)
+            }
+            Err(e) => {
                 if matches!(e.kind(), redis::ErrorKind::Server(_)) {
                     orphan.disarm();
                 }

@@ -9,27 +9,13 @@ use std::time::Duration;
 
 use super::plain::Plain;
 use super::seam::{fence_lifetime, flag, millis, Attempt, Claim, LockKind};
+use crate::backend::library;
 use crate::backend::names::LockKeys;
 use crate::backend::script::{Call, Script};
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../../lua/fair/common.lua"),
-        include_str!("../../lua/fair/acquire.lua")
-    ))
-});
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../../lua/fair/common.lua"),
-        include_str!("../../lua/fair/release.lua")
-    ))
-});
-static UNDO_REENTRY: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../../lua/fair/common.lua"),
-        include_str!("../../lua/fair/undo_reentry.lua")
-    ))
-});
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::FAIR_ACQUIRE));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::FAIR_RELEASE));
+static UNDO_REENTRY: LazyLock<Script> = LazyLock::new(|| Script::of(&library::FAIR_UNDO_REENTRY));
 
 /// How long a queued waiter keeps its place without coming back (it comes back every third
 /// of this), and how long a grant lasts before its new owner renews it to its own lease. So a

@@ -4,25 +4,20 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::seam::{fence_lifetime, flag, millis, Attempt, Claim, LockKind};
+use crate::backend::library;
 use crate::backend::names::LockKeys;
 use crate::backend::script::{Call, Script};
 
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/lock/acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/lock/release.lua")));
-static UNDO_REENTRY: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/lock/undo_reentry.lua")));
-static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/lock/renew.lua")));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::LOCK_ACQUIRE));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::LOCK_RELEASE));
+static UNDO_REENTRY: LazyLock<Script> = LazyLock::new(|| Script::of(&library::LOCK_UNDO_REENTRY));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::of(&library::LOCK_RENEW));
 /// The renew script for one cluster node: Redis 7's `allow-cross-slot-keys` flag lets one call
 /// reach keys of many slots as long as this node serves them all (undeclared: see the script),
 /// so a tick costs one call per node instead of one per slot. Servers before 7.0 reject the
 /// flag; the watchdog then falls back to one call per slot.
-static RENEW_NODE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/lock/renew_node.lua")));
-static FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/lock/force_unlock.lua")));
+static RENEW_NODE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::LOCK_RENEW_NODE));
+static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::of(&library::LOCK_FORCE_UNLOCK));
 
 /// The plain reentrant lock; it carries no state, its keys are in the hold.
 #[derive(Debug)]

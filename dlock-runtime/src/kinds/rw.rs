@@ -6,17 +6,14 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::seam::{fence_lifetime, flag, millis, Attempt, Claim, LockKind, Nested};
+use crate::backend::library;
 use crate::backend::names::LockKeys;
 use crate::backend::script::{Call, Script};
 
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/rw/acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/rw/release.lua")));
-static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/rw/renew.lua")));
-static FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/rw/force_unlock.lua")));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::RW_ACQUIRE));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::RW_RELEASE));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::of(&library::RW_RENEW));
+static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::of(&library::RW_FORCE_UNLOCK));
 
 /// How long a refused writer keeps new readers out without coming back. A waiting writer
 /// retries at least twice as often, so it keeps them out for as long as it waits; one that

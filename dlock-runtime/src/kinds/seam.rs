@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::backend::names::LockKeys;
 use crate::backend::script::Call;
+use crate::settings::ReplicaSync;
 
 /// What Redis knows of one hold: whose it is, of which lock, for how long. Every script call a
 /// kind builds reads its keys and arguments from here; the client's own bookkeeping of a hold
@@ -22,6 +23,8 @@ pub(crate) struct Claim {
     pub(crate) lease: Duration,
     /// A hard lease (no watchdog): its validity is never extended, by re-entry or anything.
     pub(crate) hard: bool,
+    /// Replicas that must confirm each acquire and renewal (`None`: asynchronous replication).
+    pub(crate) sync: Option<ReplicaSync>,
 }
 
 /// What one acquire attempt found.

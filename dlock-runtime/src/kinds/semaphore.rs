@@ -11,19 +11,16 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::seam::{millis, Attempt, Claim, LockKind, Nested};
+use crate::backend::library;
 use crate::backend::names::LockKeys;
 use crate::backend::script::{Call, Script};
 
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/semaphore/acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/semaphore/release.lua")));
-static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/semaphore/renew.lua")));
-static AVAILABLE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/semaphore/available.lua")));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::SEMAPHORE_ACQUIRE));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::SEMAPHORE_RELEASE));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::of(&library::SEMAPHORE_RENEW));
+static AVAILABLE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::SEMAPHORE_AVAILABLE));
 static FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/semaphore/force_unlock.lua")));
+    LazyLock::new(|| Script::of(&library::SEMAPHORE_FORCE_UNLOCK));
 
 /// The prefix of the server error the acquire and available scripts answer when the
 /// semaphore is in use with another permit count: `ERR DLOCK_PERMITS <stored count>`.

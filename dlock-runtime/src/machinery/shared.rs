@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use crate::backend::acl::{check_channel, Refused};
 use crate::backend::conn::{Conn, Pool};
+use crate::backend::library::Mode;
 use crate::backend::names::LockKeys;
+use crate::backend::script::install_library;
+use crate::backend::sync_conn::SyncConn;
 use crate::backend::thread::Background;
 use crate::backend::topology::Topology;
 use crate::error::LockError;
@@ -18,12 +21,16 @@ use crate::machinery::gate::Gates;
 use crate::machinery::hold::Hold;
 use crate::machinery::waiters::{WaiterSettings, Waiters, DEFAULT_HEALTH_INTERVAL};
 use crate::machinery::watchdog::Watchdog;
-use crate::settings::{Bounds, Settings};
+use crate::settings::{Bounds, ReplicaSync, Settings};
 
 pub(crate) struct Shared {
     /// The URL(s) with any password removed, for error messages.
     pub(crate) url: String,
     pool: Arc<Pool>,
+    /// The connection for replica-synced calls (opened on first use).
+    pub(crate) sync_conn: Arc<SyncConn>,
+    /// The default of every lock for replica-synced writes.
+    pub(crate) sync: Option<ReplicaSync>,
     pub(crate) prefix: String,
     pub(crate) default_ttl: Duration,
     pub(crate) default_wait: Duration,
@@ -51,7 +58,7 @@ pub(crate) struct Shared {
 impl Shared {
     /// Opens the connections of the builder's deployment and starts the background work.
     pub(crate) async fn connect(b: Settings) -> Result<Arc<Self>, LockError> {
-        let mut topology = Topology::from_settings(&b)?;
+        let topology = Topology::from_settings(&b)?;
         let url = topology.display_url();
         let connect_err = |source| LockError::Connect {
             url: url.clone(),
@@ -60,16 +67,36 @@ impl Shared {
         let client_id = format!("{:032x}", rand::random::<u128>());
         let bg =
             Background::start(&client_id).map_err(|e| connect_err(redis::RedisError::from(e)))?;
+        let mode = Arc::new(Mode::new(b.functions));
         let pool = Arc::new(
             topology
-                .open_pool(&bg, b.connections, b.response_timeout, b.connect_timeout)
+                .open_pool(
+                    &bg,
+                    b.connections,
+                    b.response_timeout,
+                    b.connect_timeout,
+                    mode.clone(),
+                )
                 .await
                 .map_err(connect_err)?,
         );
+        let sync_conn = Arc::new(SyncConn::new(
+            topology.clone(),
+            bg.handle().clone(),
+            mode,
+            b.response_timeout,
+            b.connect_timeout,
+        ));
+        install_library(&mut pool.get()).await;
         check_channel_rights(&b, &pool, &url).await?;
         // The subscriber tells the watchdog when its connection was lost or replaced: the
         // server may have restarted or failed over, so every hold is checked at once.
-        let watchdog = Arc::new(Watchdog::start(pool.clone(), url.clone(), bg.handle()));
+        let watchdog = Arc::new(Watchdog::start(
+            pool.clone(),
+            sync_conn.clone(),
+            url.clone(),
+            bg.handle(),
+        ));
         if topology.is_cluster() {
             failover_watch::start(Arc::downgrade(&watchdog), pool.clone(), bg.handle());
         }
@@ -96,6 +123,8 @@ impl Shared {
             watchdog,
             url,
             pool,
+            sync_conn,
+            sync: b.sync,
             prefix: b.prefix,
             default_ttl: b.default_ttl,
             default_wait: b.default_wait,
@@ -144,6 +173,7 @@ impl Shared {
         lease: Duration,
         hard: bool,
         kind: Arc<dyn LockKind>,
+        sync: Option<ReplicaSync>,
     ) -> Hold {
         let id = self.next_seq();
         let claim = Claim {
@@ -153,6 +183,7 @@ impl Shared {
             client_id: self.client_id.clone(),
             lease,
             hard,
+            sync,
         };
         Hold::new(id, claim, kind)
     }

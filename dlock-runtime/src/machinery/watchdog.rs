@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use crate::backend::conn::{Conn, Pool};
 use crate::backend::names::cluster_slot;
 use crate::backend::slots::NodeAddr;
+use crate::backend::sync_conn::SyncConn;
 use crate::kinds::{Claim, LockKind};
 use crate::machinery::hold::Hold;
 
@@ -74,9 +75,9 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    pub(crate) fn start(pool: Arc<Pool>, url: String, rt: &Handle) -> Self {
+    pub(crate) fn start(pool: Arc<Pool>, sync: Arc<SyncConn>, url: String, rt: &Handle) -> Self {
         let shared = Arc::new(Shared::default());
-        rt.spawn(run(Arc::downgrade(&shared), pool, url));
+        rt.spawn(run(Arc::downgrade(&shared), pool, sync, url));
         Watchdog { shared }
     }
 
@@ -163,7 +164,7 @@ impl Watchdog {
     }
 }
 
-async fn run(shared: Weak<Shared>, pool: Arc<Pool>, url: String) {
+async fn run(shared: Weak<Shared>, pool: Arc<Pool>, sync: Arc<SyncConn>, url: String) {
     loop {
         let Some(s) = shared.upgrade() else { return };
         let now = Instant::now();
@@ -190,7 +191,7 @@ async fn run(shared: Weak<Shared>, pool: Arc<Pool>, url: String) {
         // Every call carries its own bound (see `call_bound`), so a node that hangs costs only
         // its own holds a retry; this outer bound only guards against a bug.
         let outer = batch.iter().map(|h| h.lease / 3).max().unwrap_or_default() + SLOT_MAP_BOUND;
-        let results = tokio::time::timeout(outer, renew(&mut pool.background(), &batch))
+        let results = tokio::time::timeout(outer, renew(&mut pool.background(), &sync, &batch))
             .await
             .unwrap_or_else(|_| vec![None; batch.len()]);
         let gone = apply(&s, &batch, results, now, &url);
@@ -237,7 +238,66 @@ fn due_now(s: &Shared, now: Instant) -> (Vec<Arc<Hold>>, Option<Instant>) {
         .collect();
     (batch, None)
 }
-async fn renew(conn: &mut Conn, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
+/// Renews `batch`: replica-synced holds one by one with WAIT (see [`renew_synced`]), the others
+/// in as few calls as their nodes allow.
+async fn renew(conn: &mut Conn, sync: &SyncConn, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
+    let (synced, plain): (Vec<usize>, Vec<usize>) =
+        (0..batch.len()).partition(|&i| batch[i].sync.is_some());
+    if synced.is_empty() {
+        return renew_unsynced(conn, batch).await;
+    }
+    let holds = |idx: &[usize]| idx.iter().map(|&i| batch[i].clone()).collect::<Vec<_>>();
+    let (plain_holds, synced_holds) = (holds(&plain), holds(&synced));
+    let synced_calls = synced_holds.iter().map(|h| renew_synced(sync, h));
+    let (plain_out, synced_out) = tokio::join!(
+        renew_unsynced(conn, &plain_holds),
+        futures_util::future::join_all(synced_calls)
+    );
+    let mut results = vec![None; batch.len()];
+    for (i, r) in plain
+        .into_iter()
+        .zip(plain_out)
+        .chain(synced.into_iter().zip(synced_out))
+    {
+        results[i] = r;
+    }
+    results
+}
+
+/// One synced hold's renewal and its WAIT. Renewed only if enough replicas confirmed: one
+/// renewed on the primary alone is not counted, so the hold's validity runs out (and it reads
+/// as lost) unless a later renewal is confirmed in time.
+async fn renew_synced(sync: &SyncConn, hold: &Arc<Hold>) -> Option<bool> {
+    let want = hold.sync?;
+    let call = async {
+        let mut conn = sync.get().await?;
+        let renew = hold.kind.renew(&[&hold.claim], false);
+        renew
+            .invoke_then_wait::<Vec<i64>>(&mut conn, want.replicas, want.within)
+            .await
+    };
+    match tokio::time::timeout(call_bound(std::slice::from_ref(hold)), call).await {
+        Ok(Ok((renewed, acked))) => match renewed.first() {
+            Some(1) if acked >= want.replicas => Some(true),
+            Some(1) => {
+                tracing::warn!(lock = %hold.name, acked, wanted = want.replicas,
+                    "dlock watchdog: a renewal was not confirmed by enough replicas in time");
+                None
+            }
+            _ => Some(false),
+        },
+        Ok(Err(e)) => {
+            tracing::warn!(lock = %hold.name, error = %e, "dlock watchdog: synced renewal failed");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+async fn renew_unsynced(conn: &mut Conn, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
+    if batch.is_empty() {
+        return Vec::new();
+    }
     let keys: Vec<&str> = batch.iter().map(|h| h.keys.key.as_str()).collect();
     let groups = match tokio::time::timeout(SLOT_MAP_BOUND, conn.node_groups(&keys)).await {
         Ok(groups) => groups,

@@ -61,6 +61,39 @@ pub(crate) struct Bounds {
     pub(crate) window: Duration,
 }
 
+/// Replica-synced writes: after each acquire and renewal, WAIT until `replicas` replicas
+/// confirmed it, at most `within`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReplicaSync {
+    pub(crate) replicas: u32,
+    pub(crate) within: Duration,
+}
+
+impl ReplicaSync {
+    /// `None` for zero replicas (off).
+    pub(crate) fn new(replicas: u32, within: Duration) -> Option<Self> {
+        (replicas > 0).then_some(ReplicaSync { replicas, within })
+    }
+
+    /// Why this cannot work with a client whose replies may take `response_timeout`, if so.
+    pub(crate) fn problem(&self, response_timeout: Duration) -> Option<String> {
+        if self.within.as_millis() == 0 {
+            return Some(format!(
+                "synced_replicas' bound must be at least 1 ms, got {:?}",
+                self.within
+            ));
+        }
+        // WAIT's reply comes after the bound: the connection must wait longer than that.
+        (self.within >= response_timeout).then(|| {
+            format!(
+                "synced_replicas' bound of {:?} must be shorter than the response_timeout ({:?}), \
+                 or every WAIT that runs its course times out first",
+                self.within, response_timeout
+            )
+        })
+    }
+}
+
 /// Everything a client is built from. The builder's setters document each field.
 #[derive(Clone)]
 pub(crate) struct Settings {
@@ -78,6 +111,10 @@ pub(crate) struct Settings {
     /// ACL user and password for a sentinel-managed primary (the sentinels' own are in their
     /// URLs).
     pub(crate) master_auth: (Option<String>, Option<String>),
+    /// Call the scripts as functions of dlock's library (FCALL) where the server has them.
+    pub(crate) functions: bool,
+    /// Every lock's default for replica-synced writes (`None`: asynchronous replication).
+    pub(crate) sync: Option<ReplicaSync>,
 }
 
 impl Settings {
@@ -98,6 +135,8 @@ impl Settings {
             },
             tls_root: None,
             master_auth: (None, None),
+            functions: true,
+            sync: None,
         }
     }
 
@@ -127,6 +166,9 @@ impl Settings {
                 "local_handoff_window of {:?} is above the limit of {MAX_TIMEOUT:?}",
                 self.handoff.window
             ));
+        }
+        if let Some(problem) = self.sync.and_then(|s| s.problem(self.response_timeout)) {
+            return bad(problem);
         }
         if self.connections == 0 {
             return bad("connections must be at least 1".into());

@@ -96,6 +96,17 @@ impl RedisSentinel {
             .ok_or_else(|| io::Error::other(format!("the primary 127.0.0.1:{port} is not running")))
     }
 
+    /// The process id of a running replica (a data node that is not the current primary),
+    /// e.g. to SIGSTOP it.
+    pub fn replica_pid(&self) -> io::Result<u32> {
+        let port = self.master_port()?;
+        self.data
+            .iter()
+            .filter(|s| s.port() != port)
+            .find_map(RedisServer::pid)
+            .ok_or_else(|| io::Error::other("no replica is running"))
+    }
+
     /// Kills the primary (SIGKILL) and returns the new primary's URL once every running
     /// sentinel reports it (`SENTINEL GET-MASTER-ADDR-BY-NAME`) and it answers ROLE as master.
     /// Takes ~2.3 s (1 s to be judged down, an election, the promotion). Fails at once when no

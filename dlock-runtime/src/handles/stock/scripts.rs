@@ -2,15 +2,13 @@
 
 use std::sync::LazyLock;
 
+use crate::backend::library;
 use crate::backend::script::Script;
 
-pub(crate) static STOCK_META: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/stock/meta.lua")));
-pub(crate) static STOCK_INIT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/stock/init.lua")));
-pub(crate) static STOCK_TAKE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/stock/take.lua")));
+pub(crate) static STOCK_META: LazyLock<Script> = LazyLock::new(|| Script::of(&library::STOCK_META));
+pub(crate) static STOCK_INIT: LazyLock<Script> = LazyLock::new(|| Script::of(&library::STOCK_INIT));
+pub(crate) static STOCK_TAKE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::STOCK_TAKE));
 pub(crate) static STOCK_GIVE_BACK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/stock/give_back.lua")));
+    LazyLock::new(|| Script::of(&library::STOCK_GIVE_BACK));
 pub(crate) static STOCK_AUDIT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/stock/audit.lua")));
+    LazyLock::new(|| Script::of(&library::STOCK_AUDIT));
