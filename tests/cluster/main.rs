@@ -17,6 +17,7 @@ mod multi_lock;
 mod rwlock;
 mod semaphore;
 mod stock;
+mod synced;
 mod watchdog;
 
 use std::future::Future;

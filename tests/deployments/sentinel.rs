@@ -200,3 +200,73 @@ async fn the_first_acquire_after_a_promotion_is_one_script_call() {
     );
     first.release().await.unwrap();
 }
+
+/// Replica-synced locks under Sentinel (issue 17 item 5): with the replica stopped (SIGSTOP),
+/// a synced acquire fails with `NotSynced` and leaves no lock; an unsynced one works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_replica_stopped_a_synced_acquire_fails_and_leaves_no_lock() {
+    const WITHIN: Duration = Duration::from_millis(300);
+    let sentinel = RedisSentinel::start().expect("start primary, replica and sentinels");
+    let a = LockClient::sentinel_builder(sentinel.sentinel_urls(), sentinel.master_name())
+        .synced_replicas(1, WITHIN)
+        .build()
+        .await
+        .unwrap();
+    let lock = a.lock("sentinel:synced");
+    // A replica fresh from its first sync may need a moment before it confirms.
+    common::eventually(
+        Duration::from_secs(10),
+        "a synced acquire confirmed",
+        || {
+            let lock = lock.clone();
+            async move {
+                match lock.acquire().await {
+                    Ok(g) => g.release().await.is_ok(),
+                    Err(LockError::NotSynced { .. }) => false,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        },
+    )
+    .await;
+
+    let stopped = common::Stopped::stop(sentinel.replica_pid().unwrap());
+    let started = Instant::now();
+    let refused = lock.acquire().await;
+    let took = started.elapsed();
+    assert!(
+        matches!(
+            &refused,
+            Err(LockError::NotSynced {
+                wanted: 1,
+                acked: 0,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert!(took >= WITHIN && took < Duration::from_secs(5), "{took:?}");
+    let primary = common::raw(&sentinel.master_url().unwrap()).await;
+    let key = lock.key().to_owned();
+    common::eventually(Duration::from_secs(5), "the refused grant released", || {
+        let (mut conn, key) = (primary.clone(), key.clone());
+        async move {
+            let n: i64 = dlock::redis::cmd("EXISTS")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            n == 0
+        }
+    })
+    .await;
+    let g = lock
+        .clone()
+        .synced_replicas(0, WITHIN)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("an unsynced acquire with the replica stopped");
+    g.release().await.unwrap();
+    drop(stopped);
+}
