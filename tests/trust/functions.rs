@@ -169,12 +169,31 @@ async fn function_flush_and_delete_under_held_and_waited_locks_are_invisible() {
     assert_eq!(libraries(&mut admin).await, [library]);
 }
 
-/// A client of `url` does every kind's calls; the server saw EVALSHA/EVAL only.
+/// Error replies the server has sent so far (`INFO errorstats`) besides NOSCRIPT (the script
+/// cache's first miss of each script): a command it does not know (FCALL renamed away) or
+/// refuses (ACL) shows up here, not in `commandstats`.
+async fn error_replies(conn: &mut MultiplexedConnection) -> u64 {
+    let info: String = raw_cmd(conn, &["INFO", "errorstats"]).await;
+    info.lines()
+        .filter_map(|l| l.strip_prefix("errorstat_")?.split_once(":count="))
+        .filter(|(kind, _)| *kind != "NOSCRIPT")
+        .filter_map(|(_, n)| n.trim().parse::<u64>().ok())
+        .sum()
+}
+
+/// A client of `url` does every kind's calls; the server saw EVALSHA/EVAL only, and no call
+/// tried FCALL first (no error reply during the calls).
 async fn works_with_evalsha_only(client: LockClient, admin: &mut MultiplexedConnection) {
+    let errors = error_replies(admin).await;
     every_kind_once(&client).await;
     let (fcalls, evals) = fcalls_and_evals(admin).await;
     assert!(evals >= 12, "{evals} EVALSHA/EVAL calls");
     assert_eq!(fcalls, 0, "FCALL sent");
+    assert_eq!(
+        error_replies(admin).await,
+        errors,
+        "calls were refused before EVALSHA"
+    );
     assert!(libraries_or_none(admin).await.is_empty());
 }
 
@@ -257,6 +276,8 @@ async fn a_full_server_still_renews_and_frees_locks_and_refuses_new_ones_clearly
         .unwrap();
     let lock = client.lock("oom:freed");
     let freed = lock.acquire().await.unwrap();
+    let after_flush = client.lock("oom:after-flush");
+    let flushed = after_flush.acquire().await.unwrap();
     // Every write that can grow memory is refused from here on (noeviction).
     let _: () = raw_cmd(&mut admin, &["CONFIG", "SET", "maxmemory", "1"]).await;
 
@@ -270,9 +291,62 @@ async fn a_full_server_still_renews_and_frees_locks_and_refuses_new_ones_clearly
     }
     freed.release().await.expect("release on a full server");
     assert!(!lock.is_locked().await.unwrap());
+    // The library lost on a full server: FUNCTION LOAD is refused, the EVAL fallback carries
+    // the function's flags and still frees.
+    let _: () = raw_cmd(&mut admin, &["FUNCTION", "FLUSH"]).await;
+    flushed
+        .release()
+        .await
+        .expect("release on a full server without the library");
+    assert!(!after_flush.is_locked().await.unwrap());
     // Time is the subject: renewals every 200 ms keep a 600 ms lease for 1.5 s.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!renewed.is_lost(), "renewal refused on a full server");
     let _: () = raw_cmd(&mut admin, &["CONFIG", "SET", "maxmemory", "0"]).await;
     renewed.release().await.expect("still held");
+}
+
+#[tokio::test]
+async fn a_user_refused_one_key_keeps_calling_the_library() {
+    let server = common::server();
+    let mut admin = common::raw(&server.url()).await;
+    let _: () = raw_cmd(
+        &mut admin,
+        &[
+            "ACL",
+            "SETUSER",
+            "locks",
+            "on",
+            ">pw",
+            "~dlock:{ok*",
+            "&*",
+            "+@all",
+        ],
+    )
+    .await;
+    let url = format!("redis://locks:pw@127.0.0.1:{}", server.port());
+    let client = LockClient::connect(&url).await.expect("build as locks");
+    let refused = client.lock("elsewhere").acquire().await;
+    let text = refused
+        .expect_err("a key outside the user's pattern")
+        .to_string();
+    assert!(
+        text.contains("permissions") && text.contains("elsewhere"),
+        "{text}"
+    );
+    let (fcalls, evals) = fcalls_and_evals(&mut admin).await;
+    client
+        .lock("ok:1")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let (fcalls_after, evals_after) = fcalls_and_evals(&mut admin).await;
+    assert_eq!(
+        evals_after, evals,
+        "a key's NOPERM switched the client to EVALSHA"
+    );
+    assert_eq!(fcalls_after - fcalls, 2, "acquire and release as FCALL");
 }

@@ -194,3 +194,97 @@ async fn a_bound_that_the_connection_would_time_out_first_is_refused() {
         "{refused:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_wait_after_a_grant_gives_the_lock_back() {
+    let (primary, _replica) = primary_and_replica().await;
+    let mut admin = common::raw(&primary.url()).await;
+    let _: () = dlock::redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "locks", "on", ">pw", "~*", "&*", "+@all", "-wait",
+        ])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let url = format!("redis://locks:pw@127.0.0.1:{}", primary.port());
+    let client = LockClient::builder(url)
+        .synced_replicas(1, WITHIN)
+        .build()
+        .await
+        .unwrap();
+    let lock = client.lock("synced:no-wait");
+    let refused = lock.acquire().await;
+    let text = refused.expect_err("WAIT is refused").to_string();
+    assert!(
+        text.contains("synced:no-wait") && text.contains("WAIT"),
+        "{text}"
+    );
+    let key = lock.key().to_owned();
+    common::eventually(
+        Duration::from_secs(5),
+        "the unconfirmed grant released",
+        || {
+            let (mut admin, key) = (admin.clone(), key.clone());
+            async move {
+                let n: i64 = dlock::redis::cmd("EXISTS")
+                    .arg(&key)
+                    .query_async(&mut admin)
+                    .await
+                    .unwrap();
+                n == 0
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_waiting_for_more_replicas_does_not_hold_up_another() {
+    let (primary, _replica) = primary_and_replica().await;
+    let mut admin = common::raw(&primary.url()).await;
+    let client = common::client(&primary).await;
+    // Two replicas are asked for, one exists: this acquire's WAIT runs its whole 3 s.
+    let greedy = client
+        .lock("synced:two")
+        .synced_replicas(2, Duration::from_secs(3));
+    let blocked = tokio::spawn(async move { greedy.acquire().await.map(|_| ()) });
+    common::eventually(Duration::from_secs(5), "a client blocked in WAIT", || {
+        let mut admin = admin.clone();
+        async move {
+            let list: String = dlock::redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            list.lines()
+                .any(|l| l.contains("cmd=wait") && l.contains("flags=b"))
+        }
+    })
+    .await;
+    let started = Instant::now();
+    let g = client
+        .lock("synced:one")
+        .synced_replicas(1, Duration::from_millis(500))
+        .acquire()
+        .await
+        .expect("one replica confirms");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "waited {took:?} behind the other handle's WAIT"
+    );
+    g.release().await.unwrap();
+    let greedy = blocked.await.unwrap();
+    assert!(
+        matches!(
+            greedy,
+            Err(LockError::NotSynced {
+                wanted: 2,
+                acked: 1,
+                ..
+            })
+        ),
+        "{greedy:?}"
+    );
+    assert!(common::lock_keys(&mut admin).await.len() <= 1);
+}

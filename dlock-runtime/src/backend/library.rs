@@ -17,52 +17,94 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
 
+/// What a script does to the data, which decides the flags Redis runs it with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Class {
+    /// It may create what was not there (an acquire, a take): refused on a full server, like
+    /// any write that grows memory.
+    Takes,
+    /// It only keeps or frees what exists (a release, a renewal, an undo): `allow-oom`, so a
+    /// full server still lets a lock go.
+    Frees,
+    /// It only reads: `no-writes` (and `allow-oom`), so it also runs where writes are refused
+    /// (too few replicas for `min-replicas-to-write`, a failed RDB save).
+    Reads,
+}
+
+impl Class {
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            Class::Takes => &[],
+            Class::Frees => &["allow-oom"],
+            Class::Reads => &["no-writes", "allow-oom"],
+        }
+    }
+}
+
 /// One script's source, and how Redis may run it.
 pub(crate) struct Source {
     /// The function's name within the library.
     pub(crate) name: &'static str,
-    /// Whether the script only keeps or frees what exists (a release, a renewal, a read). Such
-    /// scripts carry `allow-oom`: a full server must still let a lock go.
-    pub(crate) frees: bool,
+    pub(crate) class: Class,
     pub(crate) text: &'static str,
 }
 
+impl Source {
+    /// Its flags: the class's, plus those of a `#!lua flags=...` line in the text.
+    fn flags(&self) -> Vec<&'static str> {
+        let (mut flags, _) = split_shebang(self.text);
+        for f in self.class.flags() {
+            if !flags.contains(f) {
+                flags.push(f);
+            }
+        }
+        flags
+    }
+
+    /// The text for EVAL on a server that has flags (Redis 7+): the class's flags in a
+    /// `#!lua` line, so the fallback of a lost library runs as the function would.
+    pub(crate) fn flagged_text(&self) -> String {
+        let (_, body) = split_shebang(self.text);
+        format!("#!lua flags={}\n{body}", self.flags().join(","))
+    }
+}
+
 macro_rules! sources {
-    ($($id:ident = $name:literal, $frees:literal, $text:expr;)*) => {
-        $(pub(crate) const $id: Source = Source { name: $name, frees: $frees, text: $text };)*
+    ($($id:ident = $name:literal, $class:ident, $text:expr;)*) => {
+        $(pub(crate) const $id: Source = Source { name: $name, class: Class::$class, text: $text };)*
         /// Every script in the library, in a fixed order (the library's hash depends on it).
         const ALL: &[Source] = &[$($id),*];
     };
 }
 
 sources! {
-    LOCK_ACQUIRE = "lock_acquire", false, include_str!("../../lua/lock/acquire.lua");
-    LOCK_RELEASE = "lock_release", true, include_str!("../../lua/lock/release.lua");
-    LOCK_UNDO_REENTRY = "lock_undo_reentry", true, include_str!("../../lua/lock/undo_reentry.lua");
-    LOCK_RENEW = "lock_renew", true, include_str!("../../lua/lock/renew.lua");
-    LOCK_RENEW_NODE = "lock_renew_node", true, include_str!("../../lua/lock/renew_node.lua");
-    LOCK_FORCE_UNLOCK = "lock_force_unlock", true, include_str!("../../lua/lock/force_unlock.lua");
-    RW_ACQUIRE = "rw_acquire", false, include_str!("../../lua/rw/acquire.lua");
-    RW_RELEASE = "rw_release", true, include_str!("../../lua/rw/release.lua");
-    RW_RENEW = "rw_renew", true, include_str!("../../lua/rw/renew.lua");
-    RW_FORCE_UNLOCK = "rw_force_unlock", true, include_str!("../../lua/rw/force_unlock.lua");
-    FAIR_ACQUIRE = "fair_acquire", false,
+    LOCK_ACQUIRE = "lock_acquire", Takes, include_str!("../../lua/lock/acquire.lua");
+    LOCK_RELEASE = "lock_release", Frees, include_str!("../../lua/lock/release.lua");
+    LOCK_UNDO_REENTRY = "lock_undo_reentry", Frees, include_str!("../../lua/lock/undo_reentry.lua");
+    LOCK_RENEW = "lock_renew", Frees, include_str!("../../lua/lock/renew.lua");
+    LOCK_RENEW_NODE = "lock_renew_node", Frees, include_str!("../../lua/lock/renew_node.lua");
+    LOCK_FORCE_UNLOCK = "lock_force_unlock", Frees, include_str!("../../lua/lock/force_unlock.lua");
+    RW_ACQUIRE = "rw_acquire", Takes, include_str!("../../lua/rw/acquire.lua");
+    RW_RELEASE = "rw_release", Frees, include_str!("../../lua/rw/release.lua");
+    RW_RENEW = "rw_renew", Frees, include_str!("../../lua/rw/renew.lua");
+    RW_FORCE_UNLOCK = "rw_force_unlock", Frees, include_str!("../../lua/rw/force_unlock.lua");
+    FAIR_ACQUIRE = "fair_acquire", Takes,
         concat!(include_str!("../../lua/fair/common.lua"), include_str!("../../lua/fair/acquire.lua"));
-    FAIR_RELEASE = "fair_release", true,
+    FAIR_RELEASE = "fair_release", Frees,
         concat!(include_str!("../../lua/fair/common.lua"), include_str!("../../lua/fair/release.lua"));
-    FAIR_UNDO_REENTRY = "fair_undo_reentry", true,
+    FAIR_UNDO_REENTRY = "fair_undo_reentry", Frees,
         concat!(include_str!("../../lua/fair/common.lua"), include_str!("../../lua/fair/undo_reentry.lua"));
-    SEMAPHORE_ACQUIRE = "semaphore_acquire", false, include_str!("../../lua/semaphore/acquire.lua");
-    SEMAPHORE_RELEASE = "semaphore_release", true, include_str!("../../lua/semaphore/release.lua");
-    SEMAPHORE_RENEW = "semaphore_renew", true, include_str!("../../lua/semaphore/renew.lua");
-    SEMAPHORE_AVAILABLE = "semaphore_available", true, include_str!("../../lua/semaphore/available.lua");
-    SEMAPHORE_FORCE_UNLOCK = "semaphore_force_unlock", true,
+    SEMAPHORE_ACQUIRE = "semaphore_acquire", Takes, include_str!("../../lua/semaphore/acquire.lua");
+    SEMAPHORE_RELEASE = "semaphore_release", Frees, include_str!("../../lua/semaphore/release.lua");
+    SEMAPHORE_RENEW = "semaphore_renew", Frees, include_str!("../../lua/semaphore/renew.lua");
+    SEMAPHORE_AVAILABLE = "semaphore_available", Reads, include_str!("../../lua/semaphore/available.lua");
+    SEMAPHORE_FORCE_UNLOCK = "semaphore_force_unlock", Frees,
         include_str!("../../lua/semaphore/force_unlock.lua");
-    STOCK_META = "stock_meta", true, include_str!("../../lua/stock/meta.lua");
-    STOCK_INIT = "stock_init", false, include_str!("../../lua/stock/init.lua");
-    STOCK_TAKE = "stock_take", false, include_str!("../../lua/stock/take.lua");
-    STOCK_GIVE_BACK = "stock_give_back", true, include_str!("../../lua/stock/give_back.lua");
-    STOCK_AUDIT = "stock_audit", true, include_str!("../../lua/stock/audit.lua");
+    STOCK_META = "stock_meta", Takes, include_str!("../../lua/stock/meta.lua");
+    STOCK_INIT = "stock_init", Takes, include_str!("../../lua/stock/init.lua");
+    STOCK_TAKE = "stock_take", Takes, include_str!("../../lua/stock/take.lua");
+    STOCK_GIVE_BACK = "stock_give_back", Frees, include_str!("../../lua/stock/give_back.lua");
+    STOCK_AUDIT = "stock_audit", Reads, include_str!("../../lua/stock/audit.lua");
 }
 
 /// The library: its name and the code `FUNCTION LOAD` takes.
@@ -76,12 +118,28 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| Library::build(A
 
 impl Library {
     fn build(sources: &[Source]) -> Library {
-        let name = library_name(sources);
+        // Named after a hash of the code it loads (wrapping and flags included), with a
+        // placeholder where the name goes.
+        let draft = Library::code(PLACEHOLDER, sources);
+        let hash = redis::Script::new(&draft).get_hash().to_owned();
+        let version: String = env!("CARGO_PKG_VERSION")
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let name = format!("dlock_{version}_{}", &hash[..12]);
+        Library {
+            code: Library::code(&name, sources),
+            name,
+        }
+    }
+
+    /// The code `FUNCTION LOAD` takes for a library called `name`.
+    fn code(name: &str, sources: &[Source]) -> String {
         let mut code = format!("#!lua name={name}\n");
         for source in sources {
-            code.push_str(&registration(&name, source));
+            code.push_str(&registration(name, source));
         }
-        Library { name, code }
+        code
     }
 
     /// The FCALL name of `source`'s function.
@@ -90,30 +148,15 @@ impl Library {
     }
 }
 
-/// `dlock_<version>_<first 12 hex digits of the SHA1 of every source>`: a library's name
-/// changes whenever its code does, even between two builds of one version.
-fn library_name(sources: &[Source]) -> String {
-    let mut all = String::new();
-    for s in sources {
-        all.push_str(&format!("{}\0{}\0{}\0", s.name, s.frees, s.text));
-    }
-    let hash = redis::Script::new(&all).get_hash().to_owned();
-    let version: String = env!("CARGO_PKG_VERSION")
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    format!("dlock_{version}_{}", &hash[..12])
-}
+/// Stands for the library's name while its hash is computed.
+const PLACEHOLDER: &str = "dlock_library";
 
 /// One `redis.register_function` call. The script's body becomes the callback with `KEYS` and
 /// `ARGV` as its parameters, so the same text serves FCALL and EVAL; flags from a `#!lua`
 /// line (meant for EVAL) move into the registration.
 fn registration(library: &str, source: &Source) -> String {
-    let (mut flags, body) = split_shebang(source.text);
-    if source.frees {
-        flags.push("allow-oom");
-    }
-    let flags: Vec<String> = flags.iter().map(|f| format!("'{f}'")).collect();
+    let (_, body) = split_shebang(source.text);
+    let flags: Vec<String> = source.flags().iter().map(|f| format!("'{f}'")).collect();
     format!(
         "redis.register_function{{function_name='{library}_{}', flags={{{}}}, \
          callback=function(KEYS, ARGV)\n{body}\nend}}\n",
@@ -162,10 +205,16 @@ pub(crate) fn is_missing(e: &redis::RedisError) -> bool {
     e.code() == Some("ERR") && e.detail().is_some_and(|d| d.contains("Function not found"))
 }
 
-/// The server has no FUNCTION (before 7.0), or the user may not load or call functions.
+/// The server has no FUNCTION (before 7.0), or the user may not load or call functions. Only
+/// a refusal of the command itself counts: a NOPERM for a key or channel inside a script says
+/// nothing about FCALL.
 pub(crate) fn is_unavailable(e: &redis::RedisError) -> bool {
-    e.code() == Some("NOPERM")
-        || (e.code() == Some("ERR") && e.detail().is_some_and(|d| d.contains("unknown command")))
+    let detail = e.detail().unwrap_or_default().to_ascii_lowercase();
+    match e.code() {
+        Some("NOPERM") => detail.contains("'fcall'") || detail.contains("'function|load'"),
+        Some("ERR") => detail.contains("unknown command"),
+        _ => false,
+    }
 }
 
 /// `FUNCTION LOAD` found the library there already (another client loaded it).
@@ -189,20 +238,38 @@ mod tests {
     fn the_name_is_versioned_and_follows_the_code() {
         let a = Source {
             name: "a",
-            frees: false,
+            class: Class::Takes,
             text: "return 1",
         };
         let b = Source {
             text: "return 2",
             ..a
         };
-        let (one, two) = (library_name(&[a]), library_name(&[b]));
+        let c = Source {
+            class: Class::Frees,
+            ..a
+        };
+        let name = |s: Source| Library::build(&[s]).name;
+        let (one, two, three) = (name(a), name(b), name(c));
         assert_ne!(one, two);
+        assert_ne!(one, three, "the flags are part of the code");
         assert!(one.starts_with("dlock_"), "{one}");
         assert!(
             one.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
             "{one}"
         );
+    }
+
+    #[test]
+    fn the_eval_fallback_carries_the_functions_flags() {
+        assert_eq!(
+            LOCK_RENEW_NODE.flagged_text().lines().next(),
+            Some("#!lua flags=allow-cross-slot-keys,allow-oom")
+        );
+        assert!(SEMAPHORE_AVAILABLE
+            .flagged_text()
+            .starts_with("#!lua flags=no-writes,allow-oom\n"));
+        assert!(LOCK_ACQUIRE.flagged_text().starts_with("#!lua flags=\n"));
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub(crate) struct Script {
     sha: String,
     /// `None` for a script outside the library (the fenced write): EVALSHA only.
     function: Option<String>,
+    /// The text with the function's flags, for EVAL while the library is reloaded.
+    flagged: Option<String>,
 }
 
 /// One call of a script, built like redis-rs's `ScriptInvocation`.
@@ -46,6 +48,7 @@ impl Script {
             sha: redis::Script::new(&source).get_hash().to_owned(),
             source,
             function: None,
+            flagged: None,
         }
     }
 
@@ -53,6 +56,7 @@ impl Script {
     pub(crate) fn of(source: &Source) -> Self {
         Script {
             function: Some(LIBRARY.function(source)),
+            flagged: Some(source.flagged_text()),
             ..Script::new(source.text)
         }
     }
@@ -110,48 +114,55 @@ impl Call<'_> {
     }
 
     /// The call, then WAIT for `replicas` replicas at most `within`, in one round trip on the
-    /// connection the script ran on (WAIT counts that connection's writes): the reply, and how
-    /// many replicas confirmed. A call that needs its fallback (the library or the script
-    /// lost) runs that first, then WAITs on its own.
+    /// connection the script ran on (WAIT counts that connection's writes): the script's
+    /// reply, and apart from it WAIT's (how many replicas confirmed, or why WAIT failed). A call
+    /// that needs its fallback (the library or the script lost) runs that first, then WAITs
+    /// on its own.
     pub(crate) async fn invoke_then_wait<T: FromRedisValue>(
         &self,
         conn: &mut Conn,
         replicas: u32,
         within: std::time::Duration,
-    ) -> RedisResult<(T, u32)> {
+    ) -> RedisResult<(T, RedisResult<u32>)> {
         let first = match (&self.script.function, conn.mode.functions()) {
             (Some(function), true) => self.command("FCALL", function),
             _ => self.command("EVALSHA", &self.script.sha),
         };
-        let mut wait = redis::cmd("WAIT");
-        wait.arg(replicas).arg(within.as_millis().max(1) as u64);
-        let mut pipeline = redis::pipe();
-        pipeline.add_command(first).add_command(wait.clone());
-        let key = String::from_utf8_lossy(self.keys.first().map_or(&[][..], |k| k));
-        let replies = conn.pipeline_to_key(&pipeline, 2, &key).await?;
+        let mut wait = redis::pipe();
+        wait.cmd("WAIT")
+            .arg(replicas)
+            .arg(within.as_millis().max(1) as u64);
+        let mut both = redis::pipe();
+        both.add_command(first)
+            .add_command(wait.cmd_iter().next().cloned().expect("WAIT"));
+        let key = self.first_key();
+        let replies = conn.pipeline_to_key(&both, 2, &key).await?;
         let [reply, acked]: [Value; 2] = replies.try_into().map_err(|got: Vec<Value>| {
             redis::RedisError::from(std::io::Error::other(format!(
                 "{} replies to a script and its WAIT",
                 got.len()
             )))
         })?;
-        let reply = match reply.extract_error() {
+        let (reply, acked) = match reply.extract_error() {
             Err(e) if needs_fallback(&e) => {
                 let reply = self.run(conn, None).await?;
-                let mut alone = redis::pipe();
-                alone.add_command(wait);
-                let acked = conn.pipeline_to_key(&alone, 1, &key).await?.remove(0);
-                return Ok((
-                    redis::from_redis_value(reply)?,
-                    redis::from_redis_value(acked.extract_error()?)?,
-                ));
+                let acked = conn
+                    .pipeline_to_key(&wait, 1, &key)
+                    .await
+                    .map(|mut v| v.remove(0));
+                (reply, acked)
             }
-            other => other?,
+            other => (other?, Ok(acked)),
         };
-        Ok((
-            redis::from_redis_value(reply)?,
-            redis::from_redis_value(acked.extract_error()?)?,
-        ))
+        let acked = acked
+            .and_then(Value::extract_error)
+            .and_then(|v| redis::from_redis_value(v).map_err(Into::into));
+        Ok((redis::from_redis_value(reply)?, acked))
+    }
+
+    /// The first key, which routes the call (empty for a call without keys).
+    fn first_key(&self) -> String {
+        String::from_utf8_lossy(self.keys.first().map_or(&[][..], |k| k)).into_owned()
     }
 
     /// On a connection dlock knows nothing of (the caller's): EVALSHA, then EVAL on NOSCRIPT.
@@ -178,15 +189,25 @@ impl Call<'_> {
         if let (Some(function), true) = (&self.script.function, conn.mode.functions()) {
             match send(conn, node, &self.command("FCALL", function)).await {
                 Err(e) if library::is_missing(&e) => {
-                    // This call runs from its text; the library is back for the next ones.
+                    // This call runs from its text (with the function's flags: the server has
+                    // them), while the library is loaded again where the call went, for the
+                    // next calls; the reply does not wait for the load.
                     let mut loader = conn.clone();
-                    let eval = self.command("EVAL", &self.script.source);
-                    let (loaded, reply) =
-                        tokio::join!(load_library(&mut loader, node), send(conn, node, &eval));
-                    if let Err(e) = loaded {
-                        library_refused(conn, &e);
-                    }
-                    return reply;
+                    let target = match node {
+                        Some(node) => Target::Node(node.clone()),
+                        None => Target::Key(self.first_key()),
+                    };
+                    tokio::spawn(async move {
+                        if let Err(e) = load_library(&mut loader, &target).await {
+                            library_refused(&loader, &e);
+                        }
+                    });
+                    let text = self
+                        .script
+                        .flagged
+                        .as_deref()
+                        .unwrap_or(&self.script.source);
+                    return send(conn, node, &self.command("EVAL", text)).await;
                 }
                 Err(e) if library::is_unavailable(&e) => library_refused(conn, &e),
                 other => return other,
@@ -218,12 +239,33 @@ async fn send(conn: &mut Conn, node: Option<&NodeAddr>, cmd: &redis::Cmd) -> Red
     .and_then(Value::extract_error)
 }
 
-/// `FUNCTION LOAD` of dlock's library, on `node` or (no node) on every master. Finding it
-/// there already is success.
-async fn load_library(conn: &mut Conn, node: Option<&NodeAddr>) -> RedisResult<()> {
+/// Where to load the library.
+enum Target {
+    /// Every master (at connect).
+    All,
+    /// The node a call went to.
+    Node(NodeAddr),
+    /// The node serving a call's key.
+    Key(String),
+}
+
+/// `FUNCTION LOAD` of dlock's library. Finding it there already is success.
+async fn load_library(conn: &mut Conn, target: &Target) -> RedisResult<()> {
     let mut load = redis::cmd("FUNCTION");
     load.arg("LOAD").arg(&LIBRARY.code);
-    match send(conn, node, &load).await {
+    let loaded = match target {
+        Target::All => send(conn, None, &load).await,
+        Target::Node(node) => send(conn, Some(node), &load).await,
+        Target::Key(key) => {
+            let mut one = redis::pipe();
+            one.add_command(load);
+            match conn.pipeline_to_key(&one, 1, key).await {
+                Ok(mut v) => v.remove(0).extract_error(),
+                Err(e) => Err(e),
+            }
+        }
+    };
+    match loaded {
         Err(e) if !library::is_loaded_already(&e) => Err(e),
         _ => Ok(()),
     }
@@ -249,7 +291,7 @@ pub(crate) async fn install_library(conn: &mut Conn) {
     if !conn.mode.functions() {
         return;
     }
-    match load_library(conn, None).await {
+    match load_library(conn, &Target::All).await {
         Ok(()) => tracing::debug!(library = %LIBRARY.name, "dlock's function library is loaded"),
         Err(e) => library_refused(conn, &e),
     }

@@ -1,13 +1,17 @@
-//! The connection that carries replica-synced calls: a script and its WAIT.
+//! The connections that carry replica-synced calls: a script and its WAIT.
 //!
-//! WAIT counts the replicas that acknowledged the writes *of the connection it is sent on*, so
-//! it must follow the script on one connection; and it blocks that connection until it
-//! answers, so it cannot share the client's command connections (every other request would
-//! wait behind it) nor the watchdog's. Each client opens this one the first time a synced call
-//! needs it, on the client's own thread. Synced calls of one client queue behind each other's
-//! WAIT here: while a replica is down, each takes up to its bound.
+//! WAIT counts the replicas that acknowledged the writes *of the connection it is sent on*
+//! (on Redis 7.0, everything written up to its last command), so it must follow the script on
+//! one connection; and it blocks that connection until it answers, so it cannot share the
+//! client's command connections (every other request would wait behind it) nor the
+//! watchdog's. A client opens one connection per sync setting (replicas, bound) and purpose
+//! (acquires, renewals) the first time a call needs it, on the client's own thread: a handle
+//! waiting for two replicas does not hold up one waiting for one, and acquires do not hold up
+//! renewals. Calls that share a connection queue behind each other's WAIT: while a replica is
+//! down, the k-th call in line takes up to k times its bound.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
@@ -16,6 +20,14 @@ use tokio::sync::OnceCell;
 use crate::backend::conn::Conn;
 use crate::backend::library::Mode;
 use crate::backend::topology::Topology;
+use crate::settings::ReplicaSync;
+
+/// What a synced connection carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Purpose {
+    Acquire,
+    Renew,
+}
 
 pub(crate) struct SyncConn {
     topology: Topology,
@@ -23,8 +35,11 @@ pub(crate) struct SyncConn {
     mode: Arc<Mode>,
     response_timeout: Duration,
     connect_timeout: Duration,
-    conn: OnceCell<Conn>,
+    conns: Mutex<HashMap<(ReplicaSync, Purpose), Slot>>,
 }
+
+/// One connection, opened once by whichever call needs it first.
+type Slot = Arc<OnceCell<Conn>>;
 
 impl SyncConn {
     /// Opens nothing yet: see [`SyncConn::get`].
@@ -41,13 +56,25 @@ impl SyncConn {
             mode,
             response_timeout,
             connect_timeout,
-            conn: OnceCell::new(),
+            conns: Mutex::default(),
         }
     }
 
-    /// The connection, opened on first use (a failed open is tried again by the next call).
-    /// It reconnects on its own afterwards, like the command connections.
-    pub(crate) async fn get(&self) -> redis::RedisResult<Conn> {
+    /// The connection for `sync` and `purpose`, opened on first use (a failed open is tried
+    /// again by the next call). It reconnects on its own afterwards, like the command
+    /// connections.
+    pub(crate) async fn get(
+        &self,
+        sync: ReplicaSync,
+        purpose: Purpose,
+    ) -> redis::RedisResult<Conn> {
+        let cell = self
+            .conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((sync, purpose))
+            .or_default()
+            .clone();
         let open = || {
             self.topology.open_one(
                 self.bg.clone(),
@@ -56,6 +83,6 @@ impl SyncConn {
                 self.connect_timeout,
             )
         };
-        self.conn.get_or_try_init(open).await.cloned()
+        cell.get_or_try_init(open).await.cloned()
     }
 }

@@ -143,8 +143,10 @@ impl LockClientBuilder {
     /// answers NOSCRIPT and costs one more round trip. Each dlock build has its own library,
     /// `dlock_<version>_<hash>` in `FUNCTION LIST`, so clients of two versions coexist in a
     /// rolling deploy. Libraries of versions no longer running can be deleted with `FUNCTION
-    /// DELETE` at any time: a client that still uses one loads it again on its next call.
-    /// The user needs `+function|load` and `+fcall` (both in `+@scripting`).
+    /// DELETE`: a client that still uses one sends its calls as EVAL (one more round trip)
+    /// until it has loaded it again, which it starts at once. (A full server refuses the
+    /// load; the EVAL still runs, with the same flags.) The user needs `+function|load` and
+    /// `+fcall` (both in `+@scripting`); without them the client uses EVALSHA.
     pub fn functions(mut self, enabled: bool) -> Self {
         self.settings.functions = enabled;
         self
@@ -172,12 +174,15 @@ impl LockClientBuilder {
     /// not used yet.
     ///
     /// Cost: one extra step per acquire and renewal, in the same round trip, plus the
-    /// replicas' acknowledgement time. Synced calls go over a connection of their own, opened
-    /// on first use, since WAIT blocks the connection it is sent on; they queue behind each
-    /// other's WAIT there, so while a replica is down each one takes up to `within`. Holds of a
-    /// synced lock are never passed to another task without Redis (local handoff). The fair
-    /// lock's direct grant is confirmed by the waiter's next attempt rather than taken from
-    /// the message.
+    /// replicas' acknowledgement time. Synced calls go over connections of their own, one per
+    /// setting (`replicas`, `within`) for acquires and one for renewals, opened on first use,
+    /// since WAIT blocks the connection it is sent on. Calls that share one queue behind each
+    /// other's WAIT: while a replica is down, the k-th in line takes up to k times `within`
+    /// (a call that runs past the response timeout fails as a timeout, and its grant, if any,
+    /// is released as after a lost reply). A synced acquire never receives a hold from another
+    /// task without Redis (local handoff); a synced hold may be passed on to a task of the
+    /// same client that asked without sync. The fair lock's direct grant is confirmed by the
+    /// waiter's next attempt rather than taken from the message.
     ///
     /// [`Lock::synced_replicas`]: crate::Lock::synced_replicas
     pub fn synced_replicas(mut self, replicas: u32, within: Duration) -> Self {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::names::LockKeys;
+use crate::backend::sync_conn::Purpose;
 use crate::error::LockError;
 use crate::handles::guard::LockGuard;
 use crate::kinds::{Attempt, Claim, LockKind, Nested, Plain};
@@ -92,7 +93,9 @@ impl Lock {
 
     /// Replica-synced acquires and renewals for this handle, overriding the client's
     /// [`synced_replicas`](crate::LockClientBuilder::synced_replicas) (which documents what it
-    /// does and does not promise); `replicas` 0 turns it off for this handle.
+    /// does and does not promise); `replicas` 0 turns it off for this handle. A re-entry (an
+    /// acquire inside [`LockGuard::scope`](crate::LockGuard::scope) of a hold of the same lock)
+    /// goes with the enclosing hold's setting.
     pub fn synced_replicas(mut self, replicas: u32, within: Duration) -> Self {
         self.sync = Some(ReplicaSync::new(replicas, within));
         self
@@ -496,7 +499,8 @@ impl Lock {
             self.shared.unique_id()
         );
         let sent_at = Instant::now();
-        let bound = sent_at + self.shared.response_timeout;
+        let bound =
+            sent_at + self.shared.response_timeout + hold.sync.map_or(Duration::ZERO, |s| s.within);
         // Its own hold, not a re-entry of one: even with a hard lease, the owner's entry in
         // Redis must last as long as this hold counts on (a hard lease leaves the entry's
         // leases alone only when it re-enters the same hold).
@@ -641,8 +645,8 @@ impl Lock {
         reentry: Option<&str>,
         sync: ReplicaSync,
     ) -> Result<Attempt, LockError> {
-        let mut conn =
-            (self.shared.sync_conn.get().await).map_err(|e| self.redis_error("acquire", e))?;
+        let mut conn = (self.shared.sync_conn.get(sync, Purpose::Acquire).await)
+            .map_err(|e| self.redis_error("acquire", e))?;
         let orphan = Orphan::new(&self.shared, conn.clone(), hold, reentry.map(str::to_owned));
         let reply = hold
             .kind
@@ -652,20 +656,34 @@ impl Lock {
         match reply {
             Ok((reply, acked)) => {
                 let attempt = hold.kind.decode_acquire(reply);
-                if matches!(attempt, Attempt::Acquired { .. }) && acked < sync.replicas {
-                    tracing::warn!(lock = %self.name, acked, wanted = sync.replicas, within = ?sync.within,
-                        "dlock: too few replicas confirmed the acquire; releasing it");
-                    drop(orphan);
-                    return Err(LockError::NotSynced {
-                        name: self.name.clone(),
-                        url: self.shared.url.clone(),
-                        wanted: sync.replicas,
-                        acked,
-                        within: sync.within,
-                    });
+                if !matches!(attempt, Attempt::Acquired { .. }) {
+                    orphan.disarm();
+                    return Ok(attempt);
                 }
-                orphan.disarm();
-                Ok(attempt)
+                // Granted: kept only if enough replicas confirmed. Otherwise the `Orphan`,
+                // dropped armed, gives the grant back.
+                match acked {
+                    Ok(acked) if acked >= sync.replicas => {
+                        orphan.disarm();
+                        Ok(attempt)
+                    }
+                    Ok(acked) => {
+                        tracing::warn!(lock = %self.name, acked, wanted = sync.replicas, within = ?sync.within,
+                            "dlock: too few replicas confirmed the acquire; releasing it");
+                        Err(LockError::NotSynced {
+                            name: self.name.clone(),
+                            url: self.shared.url.clone(),
+                            wanted: sync.replicas,
+                            acked,
+                            within: sync.within,
+                        })
+                    }
+                    Err(e) => {
+                        tracing::warn!(lock = %self.name, error = %e,
+                            "dlock: WAIT failed after a granted acquire; releasing it");
+                        Err(self.redis_error("acquire (WAIT for replicas)", e))
+                    }
+                }
             }
             Err(e) => {
                 if matches!(e.kind(), redis::ErrorKind::Server(_)) {

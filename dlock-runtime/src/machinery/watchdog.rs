@@ -19,10 +19,12 @@ use tokio::time::Instant;
 
 use crate::backend::conn::{Conn, Pool};
 use crate::backend::names::cluster_slot;
+use crate::backend::script::Call;
 use crate::backend::slots::NodeAddr;
-use crate::backend::sync_conn::SyncConn;
+use crate::backend::sync_conn::{Purpose, SyncConn};
 use crate::kinds::{Claim, LockKind};
 use crate::machinery::hold::Hold;
+use crate::settings::ReplicaSync;
 
 /// Keys per renew script call: bounds how long one call keeps Redis busy.
 const CHUNK: usize = 500;
@@ -238,66 +240,51 @@ fn due_now(s: &Shared, now: Instant) -> (Vec<Arc<Hold>>, Option<Instant>) {
         .collect();
     (batch, None)
 }
-/// Renews `batch`: replica-synced holds one by one with WAIT (see [`renew_synced`]), the others
-/// in as few calls as their nodes allow.
+/// Renews `batch`: unsynced holds on the watchdog's connection, replica-synced ones on their
+/// setting's own connection with WAIT (see `sync_conn.rs`), each group in as few calls as its
+/// nodes allow.
 async fn renew(conn: &mut Conn, sync: &SyncConn, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
-    let (synced, plain): (Vec<usize>, Vec<usize>) =
-        (0..batch.len()).partition(|&i| batch[i].sync.is_some());
-    if synced.is_empty() {
-        return renew_unsynced(conn, batch).await;
+    let mut groups: Vec<(Option<ReplicaSync>, Vec<usize>)> = Vec::new();
+    for (i, hold) in batch.iter().enumerate() {
+        match groups.iter_mut().find(|(s, _)| *s == hold.sync) {
+            Some((_, idx)) => idx.push(i),
+            None => groups.push((hold.sync, vec![i])),
+        }
     }
-    let holds = |idx: &[usize]| idx.iter().map(|&i| batch[i].clone()).collect::<Vec<_>>();
-    let (plain_holds, synced_holds) = (holds(&plain), holds(&synced));
-    let synced_calls = synced_holds.iter().map(|h| renew_synced(sync, h));
-    let (plain_out, synced_out) = tokio::join!(
-        renew_unsynced(conn, &plain_holds),
-        futures_util::future::join_all(synced_calls)
-    );
+    let calls = groups.into_iter().map(|(setting, idx)| {
+        let holds: Vec<Arc<Hold>> = idx.iter().map(|&i| batch[i].clone()).collect();
+        let conn = conn.clone();
+        async move {
+            let conn = match setting {
+                None => Ok(conn),
+                Some(s) => sync.get(s, Purpose::Renew).await,
+            };
+            let out = match conn {
+                Ok(mut conn) => renew_grouped(&mut conn, &holds, setting).await,
+                Err(e) => {
+                    tracing::warn!(error = %e, "dlock watchdog: no connection for synced renewals");
+                    vec![None; holds.len()]
+                }
+            };
+            (idx, out)
+        }
+    });
     let mut results = vec![None; batch.len()];
-    for (i, r) in plain
-        .into_iter()
-        .zip(plain_out)
-        .chain(synced.into_iter().zip(synced_out))
-    {
-        results[i] = r;
+    for (idx, out) in futures_util::future::join_all(calls).await {
+        for (i, r) in idx.into_iter().zip(out) {
+            results[i] = r;
+        }
     }
     results
 }
 
-/// One synced hold's renewal and its WAIT. Renewed only if enough replicas confirmed: one
-/// renewed on the primary alone is not counted, so the hold's validity runs out (and it reads
-/// as lost) unless a later renewal is confirmed in time.
-async fn renew_synced(sync: &SyncConn, hold: &Arc<Hold>) -> Option<bool> {
-    let want = hold.sync?;
-    let call = async {
-        let mut conn = sync.get().await?;
-        let renew = hold.kind.renew(&[&hold.claim], false);
-        renew
-            .invoke_then_wait::<Vec<i64>>(&mut conn, want.replicas, want.within)
-            .await
-    };
-    match tokio::time::timeout(call_bound(std::slice::from_ref(hold)), call).await {
-        Ok(Ok((renewed, acked))) => match renewed.first() {
-            Some(1) if acked >= want.replicas => Some(true),
-            Some(1) => {
-                tracing::warn!(lock = %hold.name, acked, wanted = want.replicas,
-                    "dlock watchdog: a renewal was not confirmed by enough replicas in time");
-                None
-            }
-            _ => Some(false),
-        },
-        Ok(Err(e)) => {
-            tracing::warn!(lock = %hold.name, error = %e, "dlock watchdog: synced renewal failed");
-            None
-        }
-        Err(_) => None,
-    }
-}
-
-async fn renew_unsynced(conn: &mut Conn, batch: &[Arc<Hold>]) -> Vec<Option<bool>> {
-    if batch.is_empty() {
-        return Vec::new();
-    }
+/// Renews holds of one replica-sync setting: one call per node (per slot where a node call
+/// fails), chunked.
+async fn renew_grouped(
+    conn: &mut Conn,
+    batch: &[Arc<Hold>],
+    sync: Option<ReplicaSync>,
+) -> Vec<Option<bool>> {
     let keys: Vec<&str> = batch.iter().map(|h| h.keys.key.as_str()).collect();
     let groups = match tokio::time::timeout(SLOT_MAP_BOUND, conn.node_groups(&keys)).await {
         Ok(groups) => groups,
@@ -312,7 +299,7 @@ async fn renew_unsynced(conn: &mut Conn, batch: &[Arc<Hold>]) -> Vec<Option<bool
         chunks(batch, idx).into_iter().map(move |idx| {
             let (mut conn, node) = (conn.clone(), node.clone());
             let holds: Vec<Arc<Hold>> = idx.iter().map(|&i| batch[i].clone()).collect();
-            async move { (idx, renew_call(&mut conn, &holds, node).await) }
+            async move { (idx, renew_call(&mut conn, &holds, node, sync).await) }
         })
     });
     let mut results = vec![None; batch.len()];
@@ -331,8 +318,10 @@ async fn renew_call(
     conn: &mut Conn,
     holds: &[Arc<Hold>],
     node: Option<NodeAddr>,
+    sync: Option<ReplicaSync>,
 ) -> Vec<Option<bool>> {
-    match tokio::time::timeout(call_bound(holds), renew_call_unbounded(conn, holds, node)).await {
+    let call = renew_call_unbounded(conn, holds, node, sync);
+    match tokio::time::timeout(call_bound(holds), call).await {
         Ok(out) => out,
         Err(_) => vec![None; holds.len()],
     }
@@ -358,30 +347,81 @@ async fn renew_call_unbounded(
     conn: &mut Conn,
     holds: &[Arc<Hold>],
     node: Option<NodeAddr>,
+    sync: Option<ReplicaSync>,
 ) -> Vec<Option<bool>> {
     let kind = &holds[0].kind;
-    let reply: redis::RedisResult<Vec<i64>> = match &node {
+    let reply = match &node {
         // Kinds without a per-node script go one call per slot.
         Some(_) if !kind.renews_per_node() => {
-            return Box::pin(renew_per_slot(conn, holds)).await;
+            return Box::pin(renew_per_slot(conn, holds, sync)).await;
         }
-        Some(node) => match kind.renew(&claims(holds), true).invoke_on(conn, node).await {
-            Ok(v) => Ok(v),
-            Err(e) => {
-                tracing::debug!(error = %e, %node, "dlock watchdog: per-node renewal failed; renewing per slot");
-                conn.slots_changed();
-                return Box::pin(renew_per_slot(conn, holds)).await;
+        Some(node) => {
+            let call = kind.renew(&claims(holds), true);
+            match renew_reply(&call, conn, Some(node), sync).await {
+                Ok(v) => Ok(v),
+                Err(e) => {
+                    tracing::debug!(error = %e, %node, "dlock watchdog: per-node renewal failed; renewing per slot");
+                    conn.slots_changed();
+                    return Box::pin(renew_per_slot(conn, holds, sync)).await;
+                }
             }
-        },
-        None => kind.renew(&claims(holds), false).invoke_async(conn).await,
+        }
+        None => renew_reply(&kind.renew(&claims(holds), false), conn, None, sync).await,
     };
     match reply {
-        Ok(v) => v.into_iter().map(|x| Some(x == 1)).collect(),
+        Ok(v) => v.into_iter().map(outcome).collect(),
         Err(e) => {
             tracing::warn!(error = %e, locks = holds.len(), "dlock watchdog renewal failed");
             vec![None; holds.len()]
         }
     }
+}
+
+/// What a renew script said of one hold, for [`apply`]: renewed, gone, or (synced, not
+/// confirmed) not known to be renewed.
+fn outcome(x: i64) -> Option<bool> {
+    match x {
+        1 => Some(true),
+        UNCONFIRMED => None,
+        _ => Some(false),
+    }
+}
+
+/// Stands for "renewed on the primary, but too few replicas confirmed it".
+const UNCONFIRMED: i64 = i64::MIN;
+
+/// One renew call's reply (1 renewed, 0 gone, per key); for a synced call, WAIT follows in
+/// the same round trip, and renewals it did not confirm read [`UNCONFIRMED`]: they do not
+/// extend the hold's validity, so its replicas' silence ends it when its lease runs out.
+async fn renew_reply(
+    call: &Call<'_>,
+    conn: &mut Conn,
+    node: Option<&NodeAddr>,
+    sync: Option<ReplicaSync>,
+) -> redis::RedisResult<Vec<i64>> {
+    let Some(want) = sync else {
+        return match node {
+            Some(node) => call.invoke_on(conn, node).await,
+            None => call.invoke_async(conn).await,
+        };
+    };
+    // Routed by the call's first key: a node call's first key is on that node.
+    let (renewed, acked) = call
+        .invoke_then_wait::<Vec<i64>>(conn, want.replicas, want.within)
+        .await?;
+    match acked {
+        Ok(n) if n >= want.replicas => return Ok(renewed),
+        Ok(n) => tracing::warn!(
+            acked = n,
+            wanted = want.replicas,
+            "dlock watchdog: renewals not confirmed by enough replicas in time"
+        ),
+        Err(e) => tracing::warn!(error = %e, "dlock watchdog: WAIT after a renewal failed"),
+    }
+    Ok(renewed
+        .into_iter()
+        .map(|x| if x == 1 { UNCONFIRMED } else { x })
+        .collect())
 }
 
 /// What the renew scripts read of each hold.
@@ -390,7 +430,11 @@ fn claims(holds: &[Arc<Hold>]) -> Vec<&Claim> {
 }
 
 /// One call per slot, sent together, each bounded on its own.
-async fn renew_per_slot(conn: &mut Conn, holds: &[Arc<Hold>]) -> Vec<Option<bool>> {
+async fn renew_per_slot(
+    conn: &mut Conn,
+    holds: &[Arc<Hold>],
+    sync: Option<ReplicaSync>,
+) -> Vec<Option<bool>> {
     let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
     for (i, h) in holds.iter().enumerate() {
         by_slot
@@ -405,7 +449,8 @@ async fn renew_per_slot(conn: &mut Conn, holds: &[Arc<Hold>]) -> Vec<Option<bool
         async move {
             let call = kind_of(&group).renew(&claims(&group), false);
             let bound = call_bound(&group);
-            let reply = tokio::time::timeout(bound, call.invoke_async::<Vec<i64>>(&mut conn)).await;
+            let reply =
+                tokio::time::timeout(bound, renew_reply(&call, &mut conn, None, sync)).await;
             (idx, reply)
         }
     });
@@ -413,7 +458,7 @@ async fn renew_per_slot(conn: &mut Conn, holds: &[Arc<Hold>]) -> Vec<Option<bool
     for (idx, reply) in futures_util::future::join_all(calls).await {
         if let Ok(Ok(v)) = reply {
             for (i, x) in idx.into_iter().zip(v) {
-                out[i] = Some(x == 1);
+                out[i] = outcome(x);
             }
         }
     }

@@ -63,7 +63,7 @@ pub(crate) struct Bounds {
 
 /// Replica-synced writes: after each acquire and renewal, WAIT until `replicas` replicas
 /// confirmed it, at most `within`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct ReplicaSync {
     pub(crate) replicas: u32,
     pub(crate) within: Duration,
