@@ -207,7 +207,7 @@ async fn main() {
         .await
         .expect("connect to redis");
     let state = AppState {
-        locks,
+        locks: locks.clone(),
         gateway: Arc::new(DemoGateway { db: db.clone() }),
         db,
     };
@@ -218,11 +218,34 @@ async fn main() {
     let addr = listener.local_addr().expect("local addr");
     println!("redis {url}; listening on http://{addr}");
     println!("try: curl -X POST http://{addr}/orders/42/pay");
-    // On Ctrl-C, return from main so the temporary redis-server is dropped (killed) too.
+    // The deploy pattern: on SIGTERM (or Ctrl-C) stop taking requests, let the ones in
+    // flight finish, then shut the lock client down, so no lock is left held for its lease
+    // by a release still queued when the process exits.
     axum::serve(listener, app(state))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+        .with_graceful_shutdown(stop_signal())
         .await
         .expect("serve");
+    locks.shutdown().await;
+}
+
+/// SIGTERM (what a deploy sends) or Ctrl-C.
+async fn stop_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
 }

@@ -54,6 +54,14 @@ pub enum LockError {
         name: String,
     },
 
+    /// The client was shut down ([`LockClient::shutdown`](crate::LockClient::shutdown) or
+    /// [`shutdown`](crate::shutdown)): it takes no more locks.
+    #[error("lock `{name}`: the client was shut down")]
+    Closed {
+        /// The lock's name.
+        name: String,
+    },
+
     /// Redis granted the lock, but fewer replicas than asked for (see
     /// [`LockClientBuilder::synced_replicas`](crate::LockClientBuilder::synced_replicas))
     /// confirmed the write within the bound. The grant was given back: nobody holds the lock
@@ -161,6 +169,7 @@ impl LockError {
             | LockError::NotHeld { name }
             | LockError::Redis { name, .. }
             | LockError::NotSynced { name, .. }
+            | LockError::Closed { name, .. }
             | LockError::WrongType { name, .. }
             | LockError::InvalidArgument { name, .. }
             | LockError::SelfDeadlock { name, .. }

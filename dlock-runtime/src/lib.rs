@@ -243,6 +243,7 @@ pub use error::LockError;
 pub use handles::builder::LockClientBuilder;
 pub use handles::client::LockClient;
 pub use handles::current::{current_lock, CurrentLock};
+pub use handles::default_client::shutdown;
 pub use handles::fence;
 pub use handles::guard::LockGuard;
 pub use handles::lock::Lock;

@@ -9,6 +9,7 @@ mod common;
 mod bad_input;
 mod cancel;
 mod exclusion;
+mod exit;
 mod handoff;
 mod lease;
 mod processes;

@@ -12,16 +12,63 @@
 //! current_thread caller 32-46 µs against 20-29 µs (one extra thread wake-up each way). A handle
 //! on the building runtime cannot outlive it, so it could only turn the failure into an error.
 
+use std::cell::Cell;
 use std::future::Future;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use redis::RedisFuture;
 use tokio::runtime::Handle;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
 pub(crate) struct Background {
     handle: Handle,
+    cleanups: Arc<Cleanups>,
     /// Dropping it (with the last client clone) ends the thread and cancels its tasks.
     _stop: oneshot::Sender<()>,
+}
+
+thread_local! {
+    /// Set on a client's own thread: waiting there for its own tasks would wait for nothing.
+    static ON_CLIENT_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The clean-ups in flight (background releases, undos of cancelled acquires): what a
+/// shutdown, or the drop of a client's last handle, waits for before the process may exit.
+#[derive(Default)]
+struct Cleanups {
+    running: Mutex<usize>,
+    /// For a waiter on a plain thread (a `Drop`).
+    idle: Condvar,
+    /// For an async waiter.
+    idle_async: Notify,
+}
+
+impl Cleanups {
+    fn running(&self) -> std::sync::MutexGuard<'_, usize> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Counts one clean-up as running until dropped (finished or cancelled).
+struct Running(Arc<Cleanups>);
+
+impl Running {
+    fn start(cleanups: &Arc<Cleanups>) -> Self {
+        *cleanups.running() += 1;
+        Running(cleanups.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut running = self.0.running();
+        *running -= 1;
+        if *running == 0 {
+            self.0.idle.notify_all();
+            self.0.idle_async.notify_waiters();
+        }
+    }
 }
 
 impl Background {
@@ -34,6 +81,7 @@ impl Background {
         std::thread::Builder::new()
             .name(format!("dlock-{}", &client_id[..8.min(client_id.len())]))
             .spawn(move || {
+                ON_CLIENT_THREAD.with(|on| on.set(true));
                 // Returns when the sender is dropped; the runtime (and every task on it) is
                 // dropped outside any async context right after.
                 rt.block_on(async move {
@@ -42,6 +90,7 @@ impl Background {
             })?;
         Ok(Background {
             handle,
+            cleanups: Arc::default(),
             _stop: stop,
         })
     }
@@ -56,6 +105,50 @@ impl Background {
         F: Future<Output = ()> + Send + 'static,
     {
         drop(self.handle.spawn(fut));
+    }
+
+    /// Like [`Background::spawn`], for a clean-up that must reach Redis before the process
+    /// exits: [`Background::flushed`] waits for it.
+    pub(crate) fn spawn_cleanup<F>(&self, fut: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let running = Running::start(&self.cleanups);
+        self.spawn(async move {
+            let _running = running;
+            fut.await;
+        });
+    }
+
+    /// Waits until no clean-up runs, at most `bound`; whether none runs.
+    pub(crate) async fn flushed(&self, bound: Duration) -> bool {
+        let wait = async {
+            loop {
+                let idle = self.cleanups.idle_async.notified();
+                tokio::pin!(idle);
+                idle.as_mut().enable();
+                if *self.cleanups.running() == 0 {
+                    return;
+                }
+                idle.await;
+            }
+        };
+        tokio::time::timeout(bound, wait).await.is_ok()
+    }
+
+    /// [`Background::flushed`] for a caller that cannot await (a `Drop`): blocks this thread.
+    /// On the client's own thread it returns at once (its tasks could not run meanwhile).
+    pub(crate) fn flushed_blocking(&self, bound: Duration) -> bool {
+        if ON_CLIENT_THREAD.with(Cell::get) {
+            return *self.cleanups.running() == 0;
+        }
+        let running = self.cleanups.running();
+        let (running, _) = self
+            .cleanups
+            .idle
+            .wait_timeout_while(running, bound, |n| *n > 0)
+            .unwrap_or_else(|e| e.into_inner());
+        *running == 0
     }
 
     /// Runs `fut` on the client's thread and waits for it from the caller's runtime: used to

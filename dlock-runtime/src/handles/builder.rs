@@ -193,9 +193,7 @@ impl LockClientBuilder {
     /// Checks the settings, connects, and starts the watchdog and the waiter subscriber.
     pub async fn build(self) -> Result<LockClient, LockError> {
         self.settings.validate()?;
-        Shared::connect(self.settings)
-            .await
-            .map(|shared| LockClient { shared })
+        Shared::connect(self.settings).await.map(LockClient::new)
     }
 }
 

@@ -2,6 +2,7 @@
 //! constructors are in `builder.rs`, the default client in `default_client.rs`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::handles::lock::Lock;
 use crate::handles::multi::MultiLock;
@@ -14,8 +15,11 @@ use crate::machinery::shared::Shared;
 /// every waiter, and one watchdog task renewing every lock this client holds, all run on the
 /// client's own background thread.
 ///
-/// Cheap to clone (an `Arc`); clones share everything. Dropping the last clone stops the
-/// watchdog, the subscriber and the thread. Build one per Redis deployment and process, and
+/// Cheap to clone (an `Arc`); clones share everything. Dropping the last clone waits (at most
+/// the response timeout, capped at 2 s) for releases still queued on the client's thread, so a
+/// guard dropped just before `main` returns does not leave its lock held; the watchdog, the
+/// subscriber and the thread stop once no lock handle or guard is left either.
+/// [`LockClient::shutdown`] does more: it also releases the locks still held. Build one per Redis deployment and process, and
 /// share it: clones of one client re-enter each other's locks along a call chain, separate
 /// clients do not.
 ///
@@ -40,9 +44,57 @@ use crate::machinery::shared::Shared;
 #[derive(Clone)]
 pub struct LockClient {
     pub(crate) shared: Arc<Shared>,
+    /// Shared by the clones of this client only (not by its lock handles or guards): its drop
+    /// is the drop of the last clone.
+    _last: Arc<LastHandle>,
 }
 
+/// Flushes the client's queued clean-ups when the last `LockClient` clone goes.
+struct LastHandle(Arc<Shared>);
+
+impl Drop for LastHandle {
+    fn drop(&mut self) {
+        let bound = self.0.response_timeout.min(LAST_DROP_BOUND);
+        if !self.0.bg.flushed_blocking(bound) {
+            tracing::warn!(url = %self.0.url, "dlock: the last client handle was dropped with releases Redis had not answered; those locks end with their leases");
+        }
+    }
+}
+
+/// The longest the drop of a client's last handle blocks its thread for queued releases.
+const LAST_DROP_BOUND: Duration = Duration::from_secs(2);
+
 impl LockClient {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        LockClient {
+            _last: Arc::new(LastHandle(shared.clone())),
+            shared,
+        }
+    }
+
+    /// Shuts the client down before the process exits: releases every lock it still holds
+    /// (their guards then read as lost, and their release or drop sends nothing), sends the
+    /// releases and clean-ups still queued on its thread, and stops its watchdog and
+    /// subscriber; returns when Redis has answered, or after the response timeout (default
+    /// 5 s) per step. Other clones, lock handles and guards of this client stay usable as
+    /// values, but acquires fail with [`LockError::Closed`](crate::LockError::Closed). Locks
+    /// held with a hard [`lease`](crate::Lock::lease) are not renewed by the client and are
+    /// left to end with their lease.
+    ///
+    /// For a service, call it after the server stops taking requests, e.g. in axum:
+    ///
+    /// ```no_run
+    /// # extern crate dlock_runtime as dlock;
+    /// # async fn demo(app: std::future::Ready<()>) -> Result<(), dlock::LockError> {
+    /// let locks = dlock::LockClient::connect("redis://127.0.0.1:6379").await?;
+    /// // axum::serve(listener, app).with_graceful_shutdown(sigterm()).await?;
+    /// locks.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(self) {
+        crate::machinery::shutdown::shutdown(&self.shared).await;
+    }
+
     /// A handle on the lock called `name`. Nothing is sent to Redis until you acquire it.
     ///
     /// The name may hold any text (`{`, `}`, `:` and unicode included); it is escaped where it

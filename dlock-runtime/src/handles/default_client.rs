@@ -17,6 +17,17 @@ tokio::task_local! {
 
 static GLOBAL: RwLock<Option<LockClient>> = RwLock::new(None);
 
+/// Shuts down the installed client (see [`LockClient::shutdown`]) and uninstalls it; does
+/// nothing when none is installed. The installed client lives in a `static`, which is never
+/// dropped: without this call, a release still queued when `main` returns is lost with the
+/// process, and the lock stays held for its lease.
+pub async fn shutdown() {
+    let installed = GLOBAL.write().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(client) = installed {
+        client.shutdown().await;
+    }
+}
+
 impl LockClient {
     /// Makes this client the process default, returned by [`LockClient::global`] and used by
     /// `#[distributed_lock]` without `client = ...`. Returns the client it replaces, if any.

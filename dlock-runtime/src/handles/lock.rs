@@ -205,6 +205,16 @@ impl Lock {
         Ok(lease)
     }
 
+    /// [`LockError::Closed`] once the client was shut down.
+    fn check_open(&self) -> Result<(), LockError> {
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(LockError::Closed {
+                name: self.name.clone(),
+            });
+        }
+        Ok(())
+    }
+
     /// The replica sync this handle's holds ask for.
     fn sync(&self) -> Option<ReplicaSync> {
         self.sync.unwrap_or(self.shared.sync)
@@ -213,6 +223,7 @@ impl Lock {
     pub(crate) async fn acquire_within(&self, wait: Duration) -> Result<LockGuard, LockError> {
         let lease = self.validate()?;
         let inner = &self.shared;
+        self.check_open()?;
         if let Some(parent) = scope::enclosing(&inner.client_id, &self.keys.key) {
             return match self.kind.nested(&*parent.kind) {
                 Nested::Reenter => self.reenter(parent).await,
@@ -315,6 +326,7 @@ impl Lock {
         let (mut hold, mut registration) = new_hold();
         let mut subscription = None;
         loop {
+            self.check_open()?;
             let sent_at = Instant::now();
             let bound = self.attempt_bound(sent_at, deadline, wait, &hold);
             let attempt = match tokio::time::timeout_at(bound, self.attempt(&hold, None)).await {

@@ -12,6 +12,7 @@
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use tokio::runtime::Handle;
 
@@ -24,8 +25,15 @@ use crate::machinery::watchdog::Watchdog;
 pub(crate) const POLL: Duration = Duration::from_millis(250);
 
 /// Starts the watch on `rt`; it ends with the watchdog (the client).
-pub(crate) fn start(watchdog: Weak<Watchdog>, pool: Arc<Pool>, rt: &Handle) {
-    rt.spawn(run(watchdog, pool));
+/// Runs until the watchdog is gone or `stop` is cancelled.
+pub(crate) fn start(
+    watchdog: Weak<Watchdog>,
+    pool: Arc<Pool>,
+    rt: &Handle,
+    stop: CancellationToken,
+) {
+    let task = run(watchdog, pool);
+    rt.spawn(async move { stop.run_until_cancelled(task).await });
 }
 
 async fn run(watchdog: Weak<Watchdog>, pool: Arc<Pool>) {

@@ -3,7 +3,7 @@
 //!
 //! Imports `settings`, `error`, `backend` and `kinds`; nothing here names a public handle.
 //! Bottom to top: `gate`, `hold`, `scope`, `waiters`, `watchdog`, `failover_watch`, `shared`,
-//! `orphan`, `release`.
+//! `orphan`, `release`, `shutdown`.
 
 pub(crate) mod failover_watch;
 pub(crate) mod gate;
@@ -12,5 +12,6 @@ pub(crate) mod orphan;
 pub(crate) mod release;
 pub(crate) mod scope;
 pub(crate) mod shared;
+pub(crate) mod shutdown;
 pub(crate) mod waiters;
 pub(crate) mod watchdog;

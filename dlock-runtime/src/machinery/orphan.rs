@@ -58,7 +58,7 @@ impl Drop for Orphan {
         let key = std::mem::take(&mut self.key);
         // On the client's thread, so a future dropped anywhere (a plain thread, a runtime
         // shutting down) is still cleaned up.
-        self.shared.bg.spawn(async move {
+        self.shared.bg.spawn_cleanup(async move {
             // Read as a bare value: releases answer a count or `{0, listeners}`, and only a
             // failure to get an answer at all may be retried.
             let first = undo.invoke_async::<redis::Value>(&mut conn).await;

@@ -91,7 +91,7 @@ impl Pending {
     }
 
     async fn run(mut self) -> Result<(), LockError> {
-        let result = finish_release(&self.shared, &self.hold, self.last, &self.latch).await;
+        let result = finish_release(&self.shared, &self.hold, self.last, &self.latch, false).await;
         self.done = true;
         result
     }
@@ -108,10 +108,10 @@ impl Pending {
         let (shared, hold, last, latch) = (shared.clone(), hold.clone(), *last, latch.clone());
         // On the client's own thread: works from any thread, with or without a runtime, and
         // is not cancelled when the caller's runtime shuts down.
-        shared.bg.spawn({
+        shared.bg.spawn_cleanup({
             let shared = shared.clone();
             async move {
-                if let Err(e) = finish_release(&shared, &hold, last, &latch).await {
+                if let Err(e) = finish_release(&shared, &hold, last, &latch, true).await {
                     tracing::warn!(lock = %hold.name, error = %e, "dlock: background release failed");
                 }
             }
@@ -139,6 +139,13 @@ impl Drop for Pending {
 /// to the next local task instead (nothing to send), else whether it was the last.
 fn begin_release(shared: &Arc<Shared>, hold: &Arc<Hold>) -> Option<bool> {
     let last = hold.local_holds.fetch_sub(1, Ordering::AcqRel) == 1;
+    if shared.closed.load(Ordering::Acquire) {
+        // The shutdown gave every hold back already.
+        if last {
+            hold.release_gate(None);
+        }
+        return None;
+    }
     if last {
         let due = shared.watchdog.remove(hold.id);
         if hand_over(shared, hold, due) {
@@ -148,14 +155,17 @@ fn begin_release(shared: &Arc<Shared>, hold: &Arc<Hold>) -> Option<bool> {
     Some(last)
 }
 
+/// `background`: sent from the client's own thread, on its own connection (see
+/// [`release_script`]).
 async fn finish_release(
     shared: &Arc<Shared>,
     hold: &Hold,
     last: bool,
     latch: &str,
+    background: bool,
 ) -> Result<(), LockError> {
     let sent_at = tokio::time::Instant::now();
-    let result = release_script(shared, hold, latch).await;
+    let result = release_script(shared, hold, latch, background).await;
     if last {
         // Only now may the next task of this process try: the lock is free (or expiring). It
         // owes a waiter of another process a head start only if one may have heard the release.
@@ -182,18 +192,37 @@ async fn finish_release(
 
 /// Releases a hold without a guard (used when a re-entry finds its enclosing hold gone).
 pub(crate) fn spawn_release(shared: Arc<Shared>, hold: Arc<Hold>) {
-    let bg = shared.bg.handle().clone();
-    bg.spawn(async move {
+    let bg = &shared.clone().bg;
+    bg.spawn_cleanup(async move {
         let latch = shared.unique_id();
-        let _ = release_script(&shared, &hold, &latch).await;
+        let _ = release_script(&shared, &hold, &latch, true).await;
     });
+}
+
+/// Gives back every Redis-side count of `hold`'s owner (shutdown: its guards may still be
+/// alive, but will send nothing); a failure is only logged.
+pub(crate) async fn release_all_counts(shared: &Arc<Shared>, hold: &Hold) {
+    // One release per count the owner may hold (each guard of the hold is one); the script
+    // says how many are left.
+    let counts = hold.local_holds.load(Ordering::Acquire).max(1);
+    for _ in 0..counts {
+        let latch = shared.unique_id();
+        match release_script(shared, hold, &latch, true).await {
+            Ok(r) if r.left > 0 => {}
+            Ok(_) => return,
+            Err(e) => {
+                tracing::warn!(lock = %hold.name, error = %e, "dlock: release at shutdown failed; the lock ends with its lease");
+                return;
+            }
+        }
+    }
 }
 
 /// Releases a hold without a guard and waits for it; a failure is only logged (what it would
 /// have released expires with its lease).
 pub(crate) async fn release_quietly(shared: &Arc<Shared>, hold: &Hold) {
     let latch = shared.unique_id();
-    if let Err(e) = release_script(shared, hold, &latch).await {
+    if let Err(e) = release_script(shared, hold, &latch, false).await {
         tracing::debug!(lock = %hold.name, error = %e, "dlock: clean-up release failed");
     }
 }
@@ -236,18 +265,26 @@ impl Released {
 }
 
 /// Runs release.lua, retrying lost replies with the same request id: the latch in Redis
-/// answers a retry of a release that already ran instead of releasing twice.
+/// answers a retry of a release that already ran instead of releasing twice. A `background`
+/// release goes over a connection the client's own thread drives, never one of the caller's
+/// runtime: that runtime may be shutting down (a process returning from `main`), or blocked
+/// waiting for this very release (the drop of a client's last handle).
 async fn release_script(
     shared: &Arc<Shared>,
     hold: &Hold,
     latch_id: &str,
+    background: bool,
 ) -> Result<Released, LockError> {
     let inner = &shared;
     let latch = format!("{}{latch_id}", hold.keys.latch_prefix);
     let mut attempt = 0;
     let first_send = tokio::time::Instant::now();
     loop {
-        let mut conn = inner.conn();
+        let mut conn = if background {
+            inner.background_conn()
+        } else {
+            inner.conn()
+        };
         let reply: redis::RedisResult<Released> = hold
             .kind
             .release(hold, &latch, inner.latch_ttl)

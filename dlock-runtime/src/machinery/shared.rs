@@ -2,9 +2,11 @@
 //! helpers all use. The public handles (`LockClient`, `Lock`, `LockGuard`, ...) wrap it, so the
 //! dependency arrows point one way: client -> lock -> guard -> shared.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
 
 use crate::backend::acl::{check_channel, Refused};
 use crate::backend::conn::{Conn, Pool};
@@ -31,6 +33,10 @@ pub(crate) struct Shared {
     pub(crate) sync_conn: Arc<SyncConn>,
     /// The default of every lock for replica-synced writes.
     pub(crate) sync: Option<ReplicaSync>,
+    /// Stops the watchdog, the failover watch and the subscriber (shutdown).
+    pub(crate) stop: CancellationToken,
+    /// Set by shutdown: no more acquires.
+    pub(crate) closed: AtomicBool,
     pub(crate) prefix: String,
     pub(crate) default_ttl: Duration,
     pub(crate) default_wait: Duration,
@@ -91,14 +97,17 @@ impl Shared {
         check_channel_rights(&b, &pool, &url).await?;
         // The subscriber tells the watchdog when its connection was lost or replaced: the
         // server may have restarted or failed over, so every hold is checked at once.
+        let stop = CancellationToken::new();
         let watchdog = Arc::new(Watchdog::start(
             pool.clone(),
             sync_conn.clone(),
             url.clone(),
             bg.handle(),
+            stop.clone(),
         ));
         if topology.is_cluster() {
-            failover_watch::start(Arc::downgrade(&watchdog), pool.clone(), bg.handle());
+            let watch = Arc::downgrade(&watchdog);
+            failover_watch::start(watch, pool.clone(), bg.handle(), stop.clone());
         }
         let hook = Arc::downgrade(&watchdog);
         let waiters = Waiters::start(
@@ -114,6 +123,7 @@ impl Shared {
                         w.renew_all_now();
                     }
                 }),
+                stop: stop.clone(),
             },
             bg.handle(),
         )
@@ -125,6 +135,8 @@ impl Shared {
             pool,
             sync_conn,
             sync: b.sync,
+            stop,
+            closed: AtomicBool::new(false),
             prefix: b.prefix,
             default_ttl: b.default_ttl,
             default_wait: b.default_wait,

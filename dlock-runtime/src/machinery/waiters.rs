@@ -20,6 +20,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot, Notify};
@@ -59,6 +60,8 @@ pub(crate) struct WaiterSettings {
     /// Called when the connection was found lost and again when a replacement is subscribed:
     /// Redis may have restarted or failed over, which the holders of locks must learn too.
     pub(crate) on_connection_change: Box<dyn Fn() + Send + Sync>,
+    /// Ends the subscriber (the client's shutdown).
+    pub(crate) stop: CancellationToken,
 }
 
 enum Command {
@@ -174,7 +177,8 @@ impl Waiters {
             shared: shared.clone(),
             rx,
         };
-        rt.spawn(subscriber.run(first));
+        let stop = subscriber.settings.stop.clone();
+        rt.spawn(async move { stop.run_until_cancelled(subscriber.run(first)).await });
         Ok(Waiters {
             shared,
             commands: tx,
@@ -185,6 +189,11 @@ impl Waiters {
     /// Registers interest in `channel` and, while the subscriber is connected, waits until Redis
     /// confirmed the subscription, but never longer than the ack timeout. Never fails: the
     /// caller learns from [`Subscription::confirmed`] whether it may count on a release message.
+    /// Wakes every waiter (the client is shutting down: they find out on their next attempt).
+    pub(crate) fn wake_all(&self) {
+        self.shared.wake_all();
+    }
+
     pub(crate) async fn subscribe(&self, channel: &str) -> Subscription {
         let (ack_tx, ack_rx) = oneshot::channel();
         let sub = self.register(channel, ack_tx);
@@ -584,6 +593,7 @@ mod tests {
             ack_timeout: ACK,
             health_interval,
             on_connection_change: Box::new(|| {}),
+            stop: CancellationToken::new(),
         };
         Waiters::start(
             Arc::new(move || vec![client.clone()]),

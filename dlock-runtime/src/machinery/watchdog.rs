@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::backend::conn::{Conn, Pool};
 use crate::backend::names::cluster_slot;
@@ -77,9 +78,17 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    pub(crate) fn start(pool: Arc<Pool>, sync: Arc<SyncConn>, url: String, rt: &Handle) -> Self {
+    /// Runs until the client is gone or `stop` is cancelled.
+    pub(crate) fn start(
+        pool: Arc<Pool>,
+        sync: Arc<SyncConn>,
+        url: String,
+        rt: &Handle,
+        stop: CancellationToken,
+    ) -> Self {
         let shared = Arc::new(Shared::default());
-        rt.spawn(run(Arc::downgrade(&shared), pool, sync, url));
+        let task = run(Arc::downgrade(&shared), pool, sync, url);
+        rt.spawn(async move { stop.run_until_cancelled(task).await });
         Watchdog { shared }
     }
 
@@ -132,6 +141,11 @@ impl Watchdog {
     }
 
     /// Whether any acquired hold is being renewed.
+    /// Every hold the watchdog keeps, taken out of it: none is renewed from now on (shutdown).
+    pub(crate) fn take_all(&self) -> Vec<Arc<Hold>> {
+        self.shared.entries().drain().map(|(_, e)| e.hold).collect()
+    }
+
     pub(crate) fn holds_any(&self) -> bool {
         self.shared.entries().values().any(|e| e.active)
     }

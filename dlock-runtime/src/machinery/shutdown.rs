@@ -1,0 +1,33 @@
+//! Shutting a client down: every hold given back, every queued clean-up sent, the background
+//! tasks stopped, before the process exits (a release queued on the client's thread would
+//! otherwise die with the process and leave its lock held for the whole lease).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::machinery::release::release_all_counts;
+use crate::machinery::shared::Shared;
+
+/// Closes the client to new acquires, releases every hold the watchdog keeps (their guards
+/// read as lost), waits for queued releases and clean-ups, then stops the watchdog, the
+/// failover watch and the subscriber. Each wait is bounded by the response timeout.
+pub(crate) async fn shutdown(shared: &Arc<Shared>) {
+    shared.closed.store(true, Ordering::Release);
+    let bound = shared.response_timeout;
+    let holds = shared.watchdog.take_all();
+    for hold in &holds {
+        hold.mark_lost("the client was shut down");
+    }
+    let releases =
+        futures_util::future::join_all(holds.iter().map(|h| release_all_counts(shared, h)));
+    if tokio::time::timeout(bound, releases).await.is_err() {
+        tracing::warn!(url = %shared.url, "dlock: shutdown gave up on releases Redis did not answer in time; those locks end with their leases");
+    }
+    if !shared.bg.flushed(bound).await {
+        tracing::warn!(url = %shared.url, "dlock: shutdown gave up on background releases Redis did not answer in time");
+    }
+    shared.stop.cancel();
+    // Waiters of this client find it closed on their next attempt.
+    shared.waiters.wake_all();
+    tracing::debug!(url = %shared.url, released = holds.len(), "dlock client shut down");
+}
