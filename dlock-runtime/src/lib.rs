@@ -195,10 +195,10 @@
 //! ops/s and a longest wait of about 1 s without. 10,000 waiters on 1,000 keys use 2
 //! connections; each held lock is renewed 3 times per lease, and 1,000 held locks cost 6 renew
 //! script calls per lease (500 keys a call).
-//! Scripts as FCALL of the library against EVALSHA (`cycle`, 5 rounds): the cycle's median
-//! 188-224 µs against 190-225 µs, Redis 13.4-14.1 µs per call against 14.1-17.5. After a
-//! failover, the first acquire is one FCALL on the new primary, where EVALSHA cost two calls
-//! (NOSCRIPT, then EVAL). A replica-synced lock (`cargo run --release --example synced`, one
+//! Scripts as FCALL of the library against EVALSHA (`cycle`, two runs of 5 interleaved
+//! rounds): the same cycle within the noise (medians 101-224 µs against 101-225 µs), Redis
+//! 9.7-14.1 µs per call against 10.0-17.5. What FCALL buys is the failover: the first acquire
+//! on a promoted replica is one FCALL, where EVALSHA cost two calls (NOSCRIPT, then EVAL). A replica-synced lock (`cargo run --release --example synced`, one
 //! local replica) costs 0.9-1.4 RTT more per acquire + release than an unsynced one.
 //!
 //! # Defaults
