@@ -255,6 +255,9 @@ pub use handles::stock::{
     DEFAULT_DRAINED_FOR, MAX_ORDER_ID_LEN, MAX_SEGMENTS, MAX_UNITS,
 };
 pub use settings::{DEFAULT_PREFIX, DEFAULT_TTL, DEFAULT_WAIT};
+/// What [`LockGuard::cancellation_token`] returns (tokio-util's), re-exported so a crate
+/// needs no dependency of its own to name it.
+pub use tokio_util::sync::CancellationToken;
 
 /// The redis-rs version dlock is built on, so your code can match it.
 pub use redis;

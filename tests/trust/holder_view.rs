@@ -629,3 +629,62 @@ async fn a_late_acquire_reply_hands_out_no_live_hold_and_its_cleanup_spares_the_
         .await
         .expect("A's release after B's clean-up");
 }
+
+/// `cancellation_token()` (issue 19 item 3): cancelled when the hold is lost, whichever way:
+/// the watchdog finding the key gone, or a hard lease running out with nothing sent. A token
+/// its holder cancels stops only its own listeners.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cancellation_token_is_cancelled_when_the_hold_is_lost() {
+    let server = common::server();
+    let client = common::client(&server).await;
+    let mut admin = common::raw(&server.url()).await;
+    let lock = client.lock("token:renewed").ttl(Duration::from_millis(600));
+    let guard = lock.acquire().await.unwrap();
+    let token = guard.cancellation_token();
+    let from_body = guard
+        .scope(async { dlock::current_lock().unwrap().cancellation_token() })
+        .await;
+    let mine = guard.cancellation_token();
+    mine.cancel();
+    assert!(
+        !token.is_cancelled() && !from_body.is_cancelled(),
+        "one child cancelled the others"
+    );
+    let worker = tokio::spawn({
+        let token = token.clone();
+        async move {
+            token
+                .run_until_cancelled(tokio::time::sleep(Duration::from_secs(30)))
+                .await
+        }
+    });
+    // Time is the subject: the hold is kept by renewals (every 200 ms) for three leases.
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    assert!(!token.is_cancelled(), "cancelled while the hold is kept");
+    let _: i64 = dlock::redis::cmd("DEL")
+        .arg(lock.key())
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(5), worker)
+        .await
+        .expect("the work was not stopped when the hold was lost")
+        .unwrap();
+    assert!(stopped.is_none(), "the work ran to its end");
+    assert!(guard.is_lost() && from_body.is_cancelled());
+
+    // A hard lease: nothing is sent when it ends, the timer alone cancels.
+    let hard = client
+        .lock("token:hard")
+        .lease(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap();
+    let token = hard.cancellation_token();
+    let started = std::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), token.cancelled())
+        .await
+        .expect("a hard lease's token is cancelled at its end");
+    assert!(started.elapsed() < Duration::from_millis(300) + Duration::from_secs(1));
+    assert!(hard.is_lost());
+}

@@ -71,6 +71,13 @@ impl CurrentLock {
         self.hold.is_lost()
     }
 
+    /// A token cancelled when the hold is lost, as
+    /// [`LockGuard::cancellation_token`](crate::LockGuard::cancellation_token): hand it to the
+    /// tasks the locked body spawns, so they stop when the lock can no longer be trusted.
+    pub fn cancellation_token(&self) -> tokio_util::sync::CancellationToken {
+        self.hold.cancellation_token()
+    }
+
     /// Completes when the lock is lost, as [`LockGuard::lost`](crate::LockGuard::lost).
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         let hold = self.hold.clone();

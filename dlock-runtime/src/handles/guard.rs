@@ -90,6 +90,31 @@ impl LockGuard {
         async move { hold.lost().await }
     }
 
+    /// A [`CancellationToken`](tokio_util::sync::CancellationToken) cancelled when
+    /// [`LockGuard::is_lost`] turns true: the ecosystem's way to stop work, which the body
+    /// can hand to the tasks it spawns (`token.run_until_cancelled(work)`, or
+    /// `select!` on `token.cancelled()`). Each call returns a child of the hold's token:
+    /// cancelling it yourself stops only what listens to it. After a release, the token is
+    /// cancelled at the latest when the released lease would have ended.
+    ///
+    /// ```no_run
+    /// # extern crate dlock_runtime as dlock;
+    /// # async fn demo(client: dlock::LockClient) -> Result<(), dlock::LockError> {
+    /// let guard = client.lock("report:7").acquire().await?;
+    /// let token = guard.cancellation_token();
+    /// let worker = tokio::spawn(async move {
+    ///     token
+    ///         .run_until_cancelled(async { /* long work under the lock */ })
+    ///         .await // None: the lock was lost, the work stopped
+    /// });
+    /// let finished = worker.await.ok().flatten().is_some();
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cancellation_token(&self) -> tokio_util::sync::CancellationToken {
+        self.hold.cancellation_token()
+    }
+
     /// Runs `fut` so that acquires of this same lock inside it (at any depth of calls, in
     /// this task) re-enter this hold instead of waiting for it. Code outside the returned
     /// future, spawned tasks, and other futures joined beside it are other owners.

@@ -1,11 +1,12 @@
 //! `Hold`: what one owner's hold of one lock shares between its guards and the watchdog.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::kinds::{Claim, LockKind};
 use crate::machinery::gate::{courtesy, GatePass};
@@ -36,11 +37,20 @@ pub(crate) struct Hold {
     /// Set when this hold's release goes to Redis to end a run of handoffs: the next local
     /// contender lets other processes go first.
     yield_next: AtomicBool,
+    /// Cancelled when the hold is lost; made (with the task that cancels it) on first request.
+    cancel: OnceLock<CancellationToken>,
+    /// The client's own runtime, where that task runs.
+    bg: tokio::runtime::Handle,
 }
 
 impl Hold {
     /// A new hold (not yet acquired) of `claim`, known to the watchdog as `id`.
-    pub(crate) fn new(id: u64, claim: Claim, kind: Arc<dyn LockKind>) -> Self {
+    pub(crate) fn new(
+        id: u64,
+        claim: Claim,
+        kind: Arc<dyn LockKind>,
+        bg: tokio::runtime::Handle,
+    ) -> Self {
         Hold {
             id,
             claim,
@@ -54,6 +64,8 @@ impl Hold {
             handoffs: 0,
             kept_since: Instant::now(),
             yield_next: AtomicBool::new(false),
+            cancel: OnceLock::new(),
+            bg,
         }
     }
 
@@ -75,6 +87,8 @@ impl Hold {
             handoffs: from.handoffs + 1,
             kept_since: from.kept_since,
             yield_next: AtomicBool::new(false),
+            cancel: OnceLock::new(),
+            bg: from.bg.clone(),
         }
     }
 
@@ -127,6 +141,23 @@ impl Hold {
             tracing::warn!(lock = %self.name, key = %self.keys.key, reason = why, "dlock: lock lost");
             self.lost_notify.notify_waiters();
         }
+    }
+
+    /// A token cancelled when the hold is lost (see [`Hold::lost`]): a child of the hold's
+    /// own, so cancelling it affects nobody else. The first request starts a task on the
+    /// client's thread that cancels the hold's token when [`Hold::lost`] completes.
+    pub(crate) fn cancellation_token(self: &Arc<Self>) -> CancellationToken {
+        self.cancel
+            .get_or_init(|| {
+                let token = CancellationToken::new();
+                let (hold, cancel) = (self.clone(), token.clone());
+                drop(self.bg.spawn(async move {
+                    hold.lost().await;
+                    cancel.cancel();
+                }));
+                token
+            })
+            .child_token()
     }
 
     /// Completes when the hold is lost: marked so, or its validity deadline passed. Driven by

@@ -197,7 +197,7 @@ impl Shared {
             hard,
             sync,
         };
-        Hold::new(id, claim, kind)
+        Hold::new(id, claim, kind, self.bg.handle().clone())
     }
 
     /// Turns a redis-rs error into a `LockError` naming the lock and the operation.
