@@ -22,7 +22,7 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use dlock::redis::aio::MultiplexedConnection;
 use dlock::redis::{self, AsyncCommands};
@@ -71,11 +71,31 @@ pub struct AppState {
     pub gateway: Arc<dyn Gateway>,
 }
 
-/// The service's routes.
+/// The service's routes, with `/metrics` (Prometheus text: dlock's counters and histograms,
+/// labelled by lock template, when dlock is built with its `metrics` feature).
 pub fn app(state: AppState) -> Router {
+    let metrics = prometheus();
     Router::new()
         .route("/orders/{id}/pay", post(pay))
+        .route(
+            "/metrics",
+            get(move || std::future::ready(metrics.render())),
+        )
         .with_state(state)
+}
+
+/// The process's Prometheus recorder, installed on first use: a `metrics` recorder is
+/// process-wide, and two instances of the service in one process (its test) share it.
+pub fn prometheus() -> metrics_exporter_prometheus::PrometheusHandle {
+    static HANDLE: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
+        std::sync::OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .expect("install the Prometheus recorder")
+        })
+        .clone()
 }
 
 /// The answer to a payment request.

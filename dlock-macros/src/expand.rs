@@ -389,13 +389,20 @@ fn generate(args: &Args, what: What<'_>, func: ItemFn, error_site: ErrorSite) ->
     };
     // What is taken, and how the body runs and the hold is given back.
     let (handle, run, release) = match what {
-        What::Lock(kind, _) => {
+        What::Lock(kind, t) => {
+            // Metrics are labelled with the template, never the rendered key (bounded series);
+            // without a template the key is the function's path, fixed already.
+            let label = match t {
+                Some(t) => t.lit.value(),
+                None => sig.ident.to_string(),
+            };
             let handle = match kind {
                 Kind::Reentrant => quote! { #client.lock(#key) },
                 Kind::Read => quote! { #client.read_write_lock(#key).read() },
                 Kind::Write => quote! { #client.read_write_lock(#key).write() },
                 Kind::Fair => quote! { #client.fair_lock(#key) },
             };
+            let handle = quote! { #handle.label(#label) };
             (
                 handle,
                 quote! { #guard.scope(async move #block).await },
@@ -498,6 +505,7 @@ mod tests {
                             <AppError as ::core::convert::From<::dlock::LockError>>::from(__dlock_err)),
                 };
                 let __dlock_acquired = __dlock_client.lock(__dlock_key)
+                    .label("order:{order.id}")
                     .ttl(::core::time::Duration::from_millis(30000))
                     .wait(::core::time::Duration::from_millis(5000))
                     .acquire().await;
@@ -669,7 +677,7 @@ mod tests {
             let out = expand_str(&format!(r#"key = "k:{{id}}", kind = "{kind}""#), item).unwrap();
             assert!(
                 out.contains(&format!(
-                    "let __dlock_acquired = {handle} . acquire () . await"
+                    "let __dlock_acquired = {handle} . label (\"k:{{id}}\") . acquire () . await"
                 )),
                 "{kind}: {out}"
             );

@@ -201,6 +201,26 @@
 //! on a promoted replica is one FCALL, where EVALSHA cost two calls (NOSCRIPT, then EVAL). A replica-synced lock (`cargo run --release --example synced`, one
 //! local replica) costs 0.9-1.4 RTT more per acquire + release than an unsynced one.
 //!
+//! # Operating
+//!
+//! * **Exit**: call [`LockClient::shutdown`] (or [`shutdown`] for the installed client) after
+//!   the server stopped taking requests (`examples/service.rs`: axum's graceful shutdown on
+//!   SIGTERM, then `shutdown()`): it releases what is still held and sends what is queued. The
+//!   drop of a client's last handle sends what is queued too, for at most 2 s.
+//! * **Metrics** (feature `metrics`, through the [`metrics`](https://docs.rs/metrics) facade:
+//!   install the recorder you use): `dlock_acquires_total` and `dlock_acquire_wait_seconds`
+//!   by lock, kind and outcome (acquired, timeout, busy, error), `dlock_hold_seconds`,
+//!   `dlock_lost_total`, `dlock_local_handoffs_total` by lock and kind, and
+//!   `dlock_renew_calls_total`, `dlock_reconnects_total`. The `lock` label is the *template*
+//!   (`order:{id}` from `#[distributed_lock]`, [`Lock::label`] for a handle, else `other`),
+//!   never the rendered key, so series stay bounded. `examples/service.rs` serves them on
+//!   `/metrics`.
+//! * **Spans**: `dlock.acquire` (lock, kind, outcome, token) around every acquire and
+//!   `dlock.hold` (lock, kind, token) from the grant to the last release, at INFO level.
+//! * **Stopping work on loss**: [`LockGuard::cancellation_token`] (and
+//!   [`CurrentLock::cancellation_token`] in an attribute's body) is cancelled when the hold is
+//!   lost; hand it to the tasks the body spawns.
+//!
 //! # Defaults
 //!
 //! TTL 30 s ([`DEFAULT_TTL`]), wait 10 s ([`DEFAULT_WAIT`]), key prefix `dlock:`, response

@@ -85,6 +85,40 @@ async fn fifty_concurrent_payments_of_one_order_charge_once() {
         std::slice::from_ref(charge)
     );
     assert_eq!(example::charges_of(&db, 7).await.unwrap(), 1);
+    metrics_count_the_payments(&http, &instances[0]).await;
+}
+
+/// `/metrics` of the service: the 50 payment acquires of both instances (one recorder per
+/// process), labelled with the attribute's template, not the order id. Without dlock's
+/// `metrics` feature the page is there but has no dlock series.
+async fn metrics_count_the_payments(http: &reqwest::Client, instance: &str) {
+    let text = http
+        .get(format!("{instance}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    if !cfg!(feature = "metrics") {
+        assert!(!text.contains("dlock_acquires_total"), "{text}");
+        return;
+    }
+    let acquired: f64 = text
+        .lines()
+        .find(|l| {
+            l.starts_with("dlock_acquires_total{")
+                && l.contains(r#"lock="order:{id}""#)
+                && l.contains(r#"outcome="acquired""#)
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no acquires of order:{{id}} in /metrics:\n{text}"));
+    // Other tests of this binary pay through the same template too: at least these 50.
+    assert!(acquired >= 50.0, "{acquired} acquires counted:\n{text}");
+    assert!(
+        !text.contains(r#"lock="order:7""#),
+        "a rendered key became a label"
+    );
 }
 
 /// Charges only once both orders' handlers are inside their locks at the same time.

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backend::names::LockKeys;
 use crate::backend::sync_conn::Purpose;
@@ -17,6 +18,7 @@ use crate::machinery::orphan::{Orphan, Registration};
 use crate::machinery::release::Baton;
 use crate::machinery::scope;
 use crate::machinery::shared::Shared;
+use crate::machinery::telemetry;
 use crate::machinery::waiters::Subscription;
 use crate::settings::ReplicaSync;
 
@@ -46,6 +48,8 @@ pub struct Lock {
     wait: Option<Duration>,
     /// Replica-synced writes for this handle (`None`: the client's default).
     sync: Option<Option<ReplicaSync>>,
+    /// The template its metrics are labelled with (`None`: `other`).
+    label: Option<Arc<str>>,
 }
 
 impl Lock {
@@ -65,6 +69,7 @@ impl Lock {
             lease: None,
             wait: None,
             sync: None,
+            label: None,
         }
     }
 
@@ -98,6 +103,15 @@ impl Lock {
     /// goes with the enclosing hold's setting.
     pub fn synced_replicas(mut self, replicas: u32, within: Duration) -> Self {
         self.sync = Some(ReplicaSync::new(replicas, within));
+        self
+    }
+
+    /// What this handle's metrics (feature `metrics`) are labelled with: the lock's
+    /// *template*, such as `order:{id}`, never the rendered name, so the number of series
+    /// stays bounded. `#[distributed_lock]` gives its `key` template; a handle without a
+    /// label counts as `other`.
+    pub fn label(mut self, template: impl Into<String>) -> Self {
+        self.label = Some(Arc::from(template.into()));
         self
     }
 
@@ -221,6 +235,48 @@ impl Lock {
     }
 
     pub(crate) async fn acquire_within(&self, wait: Duration) -> Result<LockGuard, LockError> {
+        let span = tracing::info_span!(
+            "dlock.acquire",
+            lock = %self.name,
+            kind = self.kind.id(),
+            outcome = tracing::field::Empty,
+            token = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let result = self.acquire_traced(wait).instrument(span.clone()).await;
+        let outcome = match &result {
+            Ok(guard) => {
+                span.record("token", guard.fencing_token());
+                "acquired"
+            }
+            Err(LockError::Timeout { .. }) if wait.is_zero() => "busy",
+            Err(LockError::Timeout { .. }) => "timeout",
+            Err(_) => "error",
+        };
+        span.record("outcome", outcome);
+        telemetry::acquire_ended(
+            self.metrics_label(),
+            self.kind.id(),
+            outcome,
+            started.elapsed(),
+        );
+        result
+    }
+
+    /// The label its metrics carry.
+    fn metrics_label(&self) -> &str {
+        self.label.as_deref().unwrap_or(telemetry::OTHER)
+    }
+
+    /// The same, for a hold to keep.
+    fn label_arc(&self) -> Arc<str> {
+        self.label
+            .clone()
+            .unwrap_or_else(|| Arc::from(telemetry::OTHER))
+    }
+
+    /// [`Lock::acquire_within`] inside its span.
+    async fn acquire_traced(&self, wait: Duration) -> Result<LockGuard, LockError> {
         let lease = self.validate()?;
         let inner = &self.shared;
         self.check_open()?;
@@ -264,6 +320,7 @@ impl Lock {
                 Ok(Turn::Contend(pass)) => Some(pass),
                 Ok(Turn::Hold(handed)) => match Baton::open(handed).take() {
                     Ok(hold) => {
+                        hold.begin_holding(hold.token.load(Ordering::Acquire));
                         tracing::debug!(lock = %self.name, waited = ?started.elapsed(), "dlock: acquired by local handoff");
                         return Ok(LockGuard::new(self.shared.clone(), hold));
                     }
@@ -310,14 +367,18 @@ impl Lock {
         };
         let hard = self.lease.is_some();
         let new_hold = || {
-            let hold = Arc::new(inner.new_hold(
-                self.name.clone(),
-                self.keys.clone(),
-                lease,
-                hard,
-                self.kind.clone(),
-                self.sync(),
-            ));
+            let hold = Arc::new(
+                inner
+                    .new_hold(
+                        self.name.clone(),
+                        self.keys.clone(),
+                        lease,
+                        hard,
+                        self.kind.clone(),
+                        self.sync(),
+                    )
+                    .labelled(self.label_arc()),
+            );
             // Registered before the first request goes out; removed again on any failure or
             // cancellation by the registration's Drop.
             let registration = Registration::new(&self.shared, hold.clone(), !hard);
@@ -429,6 +490,7 @@ impl Lock {
         let token = crate::machinery::release::token_from_redis(token);
         hold.token.store(token, Ordering::Release);
         hold.local_holds.store(1, Ordering::Release);
+        hold.begin_holding(token);
         if self.kind.keeps_gate() {
             *hold.gate.lock().unwrap_or_else(|e| e.into_inner()) = pass;
         }
@@ -498,6 +560,7 @@ impl Lock {
                     self.kind.clone(),
                     self.sync(),
                 )
+                .labelled(self.label_arc())
                 .for_owner(&parent.owner),
         );
         let registration = Registration::new(&self.shared, hold.clone(), !hard);
@@ -540,6 +603,7 @@ impl Lock {
         };
         hold.token.store(token, Ordering::Release);
         hold.local_holds.store(1, Ordering::Release);
+        hold.begin_holding(token);
         registration.activate(sent_at + lease / 3);
         Ok(LockGuard::new(self.shared.clone(), hold))
     }

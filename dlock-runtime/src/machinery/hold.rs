@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::kinds::{Claim, LockKind};
 use crate::machinery::gate::{courtesy, GatePass};
+use crate::machinery::telemetry;
 
 pub(crate) struct Hold {
     /// Identifies the hold inside the watchdog.
@@ -41,6 +42,10 @@ pub(crate) struct Hold {
     cancel: OnceLock<CancellationToken>,
     /// The client's own runtime, where that task runs.
     bg: tokio::runtime::Handle,
+    /// The lock's template, for metrics (see `telemetry.rs`).
+    pub(crate) label: Arc<str>,
+    /// While held: the `dlock.hold` span, and when the hold began.
+    holding: Mutex<Option<(tracing::Span, Instant)>>,
 }
 
 impl Hold {
@@ -66,6 +71,8 @@ impl Hold {
             yield_next: AtomicBool::new(false),
             cancel: OnceLock::new(),
             bg,
+            label: Arc::from(telemetry::OTHER),
+            holding: Mutex::new(None),
         }
     }
 
@@ -89,6 +96,8 @@ impl Hold {
             yield_next: AtomicBool::new(false),
             cancel: OnceLock::new(),
             bg: from.bg.clone(),
+            label: from.label.clone(),
+            holding: Mutex::new(None),
         }
     }
 
@@ -99,6 +108,31 @@ impl Hold {
 
     /// The same hold for an existing owner (a writer taking the read side of its lock keeps
     /// its owner id, so the script knows it is the writer).
+    /// Labels the hold's metrics with the lock's template.
+    pub(crate) fn labelled(mut self, label: Arc<str>) -> Self {
+        self.label = label;
+        self
+    }
+
+    /// The hold begins (granted, or handed over with `token`): opens its `dlock.hold` span.
+    pub(crate) fn begin_holding(&self, token: u64) {
+        let span =
+            tracing::info_span!("dlock.hold", lock = %self.name, kind = self.kind.id(), token);
+        *self.holding.lock().unwrap_or_else(|e| e.into_inner()) = Some((span, Instant::now()));
+    }
+
+    /// The hold ends (its last release): closes the span, records how long it was held.
+    pub(crate) fn end_holding(&self) {
+        let began = self
+            .holding
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some((_span, since)) = began {
+            telemetry::hold_ended(&self.label, self.kind.id(), since.elapsed());
+        }
+    }
+
     pub(crate) fn for_owner(mut self, owner: &str) -> Self {
         owner.clone_into(&mut self.claim.owner);
         self
@@ -139,6 +173,7 @@ impl Hold {
     pub(crate) fn mark_lost(&self, why: &str) {
         if !self.lost.swap(true, Ordering::AcqRel) {
             tracing::warn!(lock = %self.name, key = %self.keys.key, reason = why, "dlock: lock lost");
+            telemetry::lost(&self.label, self.kind.id());
             self.lost_notify.notify_waiters();
         }
     }

@@ -2,7 +2,7 @@
 //! the local gate and handoff, waiters, the watchdog, orphan clean-up and releases.
 //!
 //! Imports `settings`, `error`, `backend` and `kinds`; nothing here names a public handle.
-//! Bottom to top: `gate`, `hold`, `scope`, `waiters`, `watchdog`, `failover_watch`, `shared`,
+//! Bottom to top: `telemetry`, `gate`, `hold`, `scope`, `waiters`, `watchdog`, `failover_watch`, `shared`,
 //! `orphan`, `release`, `shutdown`.
 
 pub(crate) mod failover_watch;
@@ -13,5 +13,6 @@ pub(crate) mod release;
 pub(crate) mod scope;
 pub(crate) mod shared;
 pub(crate) mod shutdown;
+pub(crate) mod telemetry;
 pub(crate) mod waiters;
 pub(crate) mod watchdog;

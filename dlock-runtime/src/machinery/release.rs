@@ -44,6 +44,7 @@ use crate::error::LockError;
 use crate::machinery::gate::{GatePass, Handed};
 use crate::machinery::hold::Hold;
 use crate::machinery::shared::Shared;
+use crate::machinery::telemetry;
 use crate::settings::LOCAL_TOKENS;
 
 /// The fencing token of a hold Redis granted with counter value `redis`.
@@ -139,6 +140,9 @@ impl Drop for Pending {
 /// to the next local task instead (nothing to send), else whether it was the last.
 fn begin_release(shared: &Arc<Shared>, hold: &Arc<Hold>) -> Option<bool> {
     let last = hold.local_holds.fetch_sub(1, Ordering::AcqRel) == 1;
+    if last {
+        hold.end_holding();
+    }
     if shared.closed.load(Ordering::Acquire) {
         // The shutdown gave every hold back already.
         if last {
@@ -352,6 +356,7 @@ fn hand_over(shared: &Arc<Shared>, hold: &Arc<Hold>, due: Option<Instant>) -> bo
     match handed {
         Ok(()) => {
             tracing::debug!(lock = %hold.name, handoffs = hold.handoffs + 1, "dlock: handed over locally");
+            telemetry::local_handoff(&hold.label, hold.kind.id());
             true
         }
         Err(pass) => {

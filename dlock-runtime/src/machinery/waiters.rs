@@ -20,14 +20,15 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::backend::topology::ClientSource;
+use crate::machinery::telemetry;
 
 /// How often the subscriber connection is PINGed when nothing else was heard from it.
 ///
@@ -377,6 +378,7 @@ impl Subscriber {
             match self.session(pubsub).await {
                 Ended::ClientGone => return,
                 Ended::Lost(why) => {
+                    telemetry::reconnect();
                     (self.settings.on_connection_change)();
                     tracing::warn!(
                         reason = why,

@@ -25,6 +25,7 @@ use crate::backend::slots::NodeAddr;
 use crate::backend::sync_conn::{Purpose, SyncConn};
 use crate::kinds::{Claim, LockKind};
 use crate::machinery::hold::Hold;
+use crate::machinery::telemetry;
 use crate::settings::ReplicaSync;
 
 /// Keys per renew script call: bounds how long one call keeps Redis busy.
@@ -413,6 +414,7 @@ async fn renew_reply(
     node: Option<&NodeAddr>,
     sync: Option<ReplicaSync>,
 ) -> redis::RedisResult<Vec<i64>> {
+    telemetry::renew_call();
     let Some(want) = sync else {
         return match node {
             Some(node) => call.invoke_on(conn, node).await,
