@@ -18,11 +18,11 @@
 mod support;
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock::redis::{self, aio::MultiplexedConnection, Script};
 use dlock::LockClient;
-use support::{percentile, ping_rtt, redis_url};
+use support::{lock_cycle, median_of, ping_rtt, redis_url};
 
 const ACQUIRE: &str = include_str!("../dlock-runtime/lua/lock/acquire.lua");
 const RELEASE: &str = include_str!("../dlock-runtime/lua/lock/release.lua");
@@ -38,18 +38,12 @@ const MINIMAL_RELEASE: &str = "if redis.call('HGET', KEYS[1], ARGV[1]) then \
 const SAMPLES: usize = 3000;
 
 /// Median time of `SAMPLES` sequential runs of `f` (given the run's number).
-async fn median<F, Fut>(mut f: F) -> Duration
+async fn median<F, Fut>(f: F) -> Duration
 where
     F: FnMut(usize) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let mut samples = Vec::with_capacity(SAMPLES);
-    for i in 0..SAMPLES {
-        let t = Instant::now();
-        f(i).await;
-        samples.push(t.elapsed());
-    }
-    percentile(&mut samples, 0.5)
+    median_of(SAMPLES, f).await
 }
 
 /// Microseconds Redis spent per script call (EVALSHA or FCALL) since the last reset, and resets
@@ -191,35 +185,13 @@ async fn main() {
             d,
             script_usec(&mut admin).await,
         );
-        let d = median(|_| {
-            let lock = lock.clone();
-            async move {
-                lock.acquire()
-                    .await
-                    .expect("acquire")
-                    .release()
-                    .await
-                    .expect("release");
-            }
-        })
-        .await;
+        let d = median(|_| lock_cycle(lock.clone())).await;
         row(
             "Lock::acquire + LockGuard::release (FCALL)",
             d,
             script_usec(&mut admin).await,
         );
-        let d = median(|_| {
-            let lock = cached_lock.clone();
-            async move {
-                lock.acquire()
-                    .await
-                    .expect("acquire")
-                    .release()
-                    .await
-                    .expect("release");
-            }
-        })
-        .await;
+        let d = median(|_| lock_cycle(cached_lock.clone())).await;
         row(
             "the same with EVALSHA (functions(false))",
             d,

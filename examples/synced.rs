@@ -7,30 +7,14 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock::testing::RedisServer;
 use dlock::LockClient;
-use support::{fmt_rtt, percentile, ping_rtt};
+use support::{fmt_rtt, lock_cycle, median_of, ping_rtt};
 
 const SAMPLES: usize = 2000;
 const ROUNDS: usize = 5;
-
-/// Median time of `SAMPLES` sequential runs of `f`.
-async fn median<F, Fut>(mut f: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let mut samples = Vec::with_capacity(SAMPLES);
-    for _ in 0..SAMPLES {
-        let t = Instant::now();
-        f().await;
-        samples.push(t.elapsed());
-    }
-    percentile(&mut samples, 0.5)
-}
 
 /// A replica of `primary`, once it confirms writes (WAIT answers 1).
 async fn replica_of(primary: &RedisServer) -> RedisServer {
@@ -74,21 +58,13 @@ async fn main() {
         .await
         .expect("connect");
     let (plain_lock, synced_lock) = (plain.lock("synced:plain"), synced.lock("synced:synced"));
-    let cycle = |lock: dlock::Lock| async move {
-        lock.acquire()
-            .await
-            .expect("acquire")
-            .release()
-            .await
-            .expect("release");
-    };
     println!(
         "Lock::acquire + LockGuard::release, median of {SAMPLES}, primary + 1 replica on loopback"
     );
     for round in 0..ROUNDS {
         let rtt = ping_rtt(&url, 2000).await;
-        let unsynced = median(|| cycle(plain_lock.clone())).await;
-        let with_wait = median(|| cycle(synced_lock.clone())).await;
+        let unsynced = median_of(SAMPLES, |_| lock_cycle(plain_lock.clone())).await;
+        let with_wait = median_of(SAMPLES, |_| lock_cycle(synced_lock.clone())).await;
         println!(
             "round {round}: PING {rtt:>7.1?} | unsynced {} | synced_replicas(1) {} | extra {}",
             fmt_rtt(unsynced, rtt),

@@ -97,6 +97,31 @@ pub async fn ping_rtt_after(url: &str, n: usize, idle: Duration) -> Duration {
     percentile(&mut samples, 0.5)
 }
 
+/// One uncontended `Lock::acquire` + `LockGuard::release`.
+pub async fn lock_cycle(lock: dlock::Lock) {
+    lock.acquire()
+        .await
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
+}
+
+/// The median time of `n` sequential runs of `f` (given the run's number).
+pub async fn median_of<F, Fut>(n: usize, mut f: F) -> Duration
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = Instant::now();
+        f(i).await;
+        samples.push(t.elapsed());
+    }
+    percentile(&mut samples, 0.5)
+}
+
 /// The `p` quantile (0..=1) of the samples (sorts them).
 pub fn percentile(samples: &mut [Duration], p: f64) -> Duration {
     samples.sort_unstable();

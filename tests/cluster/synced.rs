@@ -9,7 +9,8 @@ use dlock::{LockClient, LockError};
 
 use crate::{bounded, common, names_on_master, node_conn, own_cluster};
 
-const WITHIN: Duration = Duration::from_millis(300);
+/// Generous: a replica on a loaded 2-core machine can take a few hundred ms to confirm.
+const WITHIN: Duration = Duration::from_secs(1);
 const STEP: Duration = Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -42,21 +43,7 @@ async fn with_a_masters_replica_stopped_synced_acquires_there_fail_and_leave_no_
     // Healthy: both confirm (a replica fresh from its first sync may need a moment).
     for name in [&there, &elsewhere] {
         let lock = client.lock(name.as_str());
-        common::eventually(
-            Duration::from_secs(10),
-            "a synced acquire confirmed",
-            || {
-                let lock = lock.clone();
-                async move {
-                    match lock.acquire().await {
-                        Ok(g) => g.release().await.is_ok(),
-                        Err(LockError::NotSynced { .. }) => false,
-                        Err(e) => panic!("{e}"),
-                    }
-                }
-            },
-        )
-        .await;
+        common::until_synced_acquire(&lock).await;
     }
 
     let stopped = common::Stopped::stop(replica.pid);
@@ -75,18 +62,7 @@ async fn with_a_masters_replica_stopped_synced_acquires_there_fail_and_leave_no_
     assert!(took >= WITHIN && took < Duration::from_secs(5), "{took:?}");
     let key = client.lock(there.as_str()).key().to_owned();
     let master_conn = node_conn(&stopped_master.url).await;
-    common::eventually(Duration::from_secs(5), "the refused grant released", || {
-        let (mut conn, key) = (master_conn.clone(), key.clone());
-        async move {
-            let n: i64 = dlock::redis::cmd("EXISTS")
-                .arg(&key)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            n == 0
-        }
-    })
-    .await;
+    common::until_key_gone(&master_conn, &key).await;
 
     let g = bounded(
         STEP,

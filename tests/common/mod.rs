@@ -250,3 +250,53 @@ pub fn test_path(module_path: &str, f: &str) -> String {
         None => f.to_owned(),
     }
 }
+
+/// Waits (bounded: 5 s) until `key` is gone from the server behind `conn`: a grant given back
+/// in the background.
+pub async fn until_key_gone(conn: &MultiplexedConnection, key: &str) {
+    eventually(Duration::from_secs(5), "the key given back", || {
+        let (mut conn, key) = (conn.clone(), key.to_owned());
+        async move {
+            let n: i64 = dlock::redis::cmd("EXISTS")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            n == 0
+        }
+    })
+    .await;
+}
+
+/// Acquires and releases `lock` (replica-synced) until its replicas confirm it (bounded: 10 s):
+/// a replica fresh from its first sync may need a moment.
+pub async fn until_synced_acquire(lock: &Lock) {
+    eventually(
+        Duration::from_secs(10),
+        "a synced acquire confirmed",
+        || {
+            let lock = lock.clone();
+            async move {
+                match lock.acquire().await {
+                    Ok(g) => g.release().await.is_ok(),
+                    Err(dlock::LockError::NotSynced { .. }) => false,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        },
+    )
+    .await;
+}
+
+/// Asserts that the script commands of [`script_calls_between`] were one FCALL and nothing
+/// else (no NOSCRIPT, EVAL or reload).
+pub fn assert_one_fcall(sent: &std::collections::BTreeMap<&'static str, u64>) {
+    assert_eq!(
+        (
+            sent["fcall"],
+            sent["evalsha"] + sent["eval"] + sent["function|load"]
+        ),
+        (1, 0),
+        "one FCALL and nothing else: {sent:?}"
+    );
+}

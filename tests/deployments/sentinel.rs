@@ -190,14 +190,7 @@ async fn the_first_acquire_after_a_promotion_is_one_script_call() {
     println!(
         "first acquire after a sentinel promotion, script commands on the new primary: {sent:?}"
     );
-    assert_eq!(
-        (
-            sent["fcall"],
-            sent["evalsha"] + sent["eval"] + sent["function|load"]
-        ),
-        (1, 0),
-        "one FCALL and nothing else: {sent:?}"
-    );
+    common::assert_one_fcall(&sent);
     first.release().await.unwrap();
 }
 
@@ -205,7 +198,8 @@ async fn the_first_acquire_after_a_promotion_is_one_script_call() {
 /// a synced acquire fails with `NotSynced` and leaves no lock; an unsynced one works.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_replica_stopped_a_synced_acquire_fails_and_leaves_no_lock() {
-    const WITHIN: Duration = Duration::from_millis(300);
+    // Generous: a replica on a loaded 2-core machine can take a few hundred ms to confirm.
+    const WITHIN: Duration = Duration::from_secs(1);
     let sentinel = RedisSentinel::start().expect("start primary, replica and sentinels");
     let a = LockClient::sentinel_builder(sentinel.sentinel_urls(), sentinel.master_name())
         .synced_replicas(1, WITHIN)
@@ -214,21 +208,7 @@ async fn with_the_replica_stopped_a_synced_acquire_fails_and_leaves_no_lock() {
         .unwrap();
     let lock = a.lock("sentinel:synced");
     // A replica fresh from its first sync may need a moment before it confirms.
-    common::eventually(
-        Duration::from_secs(10),
-        "a synced acquire confirmed",
-        || {
-            let lock = lock.clone();
-            async move {
-                match lock.acquire().await {
-                    Ok(g) => g.release().await.is_ok(),
-                    Err(LockError::NotSynced { .. }) => false,
-                    Err(e) => panic!("{e}"),
-                }
-            }
-        },
-    )
-    .await;
+    common::until_synced_acquire(&lock).await;
 
     let stopped = common::Stopped::stop(sentinel.replica_pid().unwrap());
     let started = Instant::now();
@@ -248,18 +228,7 @@ async fn with_the_replica_stopped_a_synced_acquire_fails_and_leaves_no_lock() {
     assert!(took >= WITHIN && took < Duration::from_secs(5), "{took:?}");
     let primary = common::raw(&sentinel.master_url().unwrap()).await;
     let key = lock.key().to_owned();
-    common::eventually(Duration::from_secs(5), "the refused grant released", || {
-        let (mut conn, key) = (primary.clone(), key.clone());
-        async move {
-            let n: i64 = dlock::redis::cmd("EXISTS")
-                .arg(&key)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            n == 0
-        }
-    })
-    .await;
+    common::until_key_gone(&primary, &key).await;
     let g = lock
         .clone()
         .synced_replicas(0, WITHIN)

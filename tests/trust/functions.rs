@@ -169,6 +169,18 @@ async fn function_flush_and_delete_under_held_and_waited_locks_are_invisible() {
     assert_eq!(libraries(&mut admin).await, [library]);
 }
 
+/// A client logged in as ACL user `locks`, created with `rules`.
+async fn client_as(
+    server: &RedisServer,
+    admin: &mut MultiplexedConnection,
+    rules: &[&str],
+) -> LockClient {
+    let setuser = [&["ACL", "SETUSER", "locks", "on", ">pw"][..], rules].concat();
+    let _: () = raw_cmd(admin, &setuser).await;
+    let url = format!("redis://locks:pw@127.0.0.1:{}", server.port());
+    LockClient::connect(&url).await.expect("build as locks")
+}
+
 /// Error replies the server has sent so far (`INFO errorstats`) besides NOSCRIPT (the script
 /// cache's first miss of each script): a command it does not know (FCALL renamed away) or
 /// refuses (ACL) shows up here, not in `commandstats`.
@@ -230,24 +242,12 @@ async fn a_server_without_function_commands_is_called_with_evalsha() {
 async fn a_user_without_function_rights_is_called_with_evalsha() {
     let server = common::server();
     let mut admin = common::raw(&server.url()).await;
-    let _: () = raw_cmd(
+    let client = client_as(
+        &server,
         &mut admin,
-        &[
-            "ACL",
-            "SETUSER",
-            "locks",
-            "on",
-            ">pw",
-            "~*",
-            "&*",
-            "+@all",
-            "-function",
-            "-fcall",
-        ],
+        &["~*", "&*", "+@all", "-function", "-fcall"],
     )
     .await;
-    let url = format!("redis://locks:pw@127.0.0.1:{}", server.port());
-    let client = LockClient::connect(&url).await.expect("build as locks");
     works_with_evalsha_only(client, &mut admin).await;
 }
 
@@ -310,22 +310,7 @@ async fn a_full_server_still_renews_and_frees_locks_and_refuses_new_ones_clearly
 async fn a_user_refused_one_key_keeps_calling_the_library() {
     let server = common::server();
     let mut admin = common::raw(&server.url()).await;
-    let _: () = raw_cmd(
-        &mut admin,
-        &[
-            "ACL",
-            "SETUSER",
-            "locks",
-            "on",
-            ">pw",
-            "~dlock:{ok*",
-            "&*",
-            "+@all",
-        ],
-    )
-    .await;
-    let url = format!("redis://locks:pw@127.0.0.1:{}", server.port());
-    let client = LockClient::connect(&url).await.expect("build as locks");
+    let client = client_as(&server, &mut admin, &["~dlock:{ok*", "&*", "+@all"]).await;
     let refused = client.lock("elsewhere").acquire().await;
     let text = refused
         .expect_err("a key outside the user's pattern")

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use dlock::testing::RedisServer;
 use dlock::{LockClient, LockError};
 
-const WITHIN: Duration = Duration::from_millis(300);
+/// Generous: a replica on a loaded 2-core machine can take a few hundred ms to confirm.
+const WITHIN: Duration = Duration::from_secs(1);
 
 /// A primary and a replica of it, replicating.
 async fn primary_and_replica() -> (RedisServer, RedisServer) {
@@ -61,12 +62,7 @@ async fn with_the_replica_stopped_a_synced_acquire_fails_clearly_and_leaves_no_l
     let mut admin = common::raw(&primary.url()).await;
     let client = synced_client(&primary).await;
     let lock = client.lock("synced:order");
-    lock.acquire()
-        .await
-        .expect("synced acquire, replica up")
-        .release()
-        .await
-        .unwrap();
+    common::until_synced_acquire(&lock).await;
 
     let stopped = common::Stopped::stop(replica.pid().unwrap());
     let started = Instant::now();
@@ -90,18 +86,7 @@ async fn with_the_replica_stopped_a_synced_acquire_fails_clearly_and_leaves_no_l
     assert!(took >= WITHIN && took < Duration::from_secs(3), "{took:?}");
     // The grant was given back (in the background, right after the error).
     let key = lock.key().to_owned();
-    common::eventually(Duration::from_secs(5), "the refused grant released", || {
-        let (mut admin, key) = (admin.clone(), key.clone());
-        async move {
-            let n: i64 = dlock::redis::cmd("EXISTS")
-                .arg(&key)
-                .query_async(&mut admin)
-                .await
-                .unwrap();
-            n == 0
-        }
-    })
-    .await;
+    common::until_key_gone(&admin, &key).await;
 
     // Unsynced locks of the same client, and of another client, work as before.
     let unsynced = lock.clone().synced_replicas(0, WITHIN);
@@ -125,12 +110,8 @@ async fn with_the_replica_stopped_a_synced_acquire_fails_clearly_and_leaves_no_l
         .unwrap();
 
     drop(stopped);
-    lock.acquire()
-        .await
-        .expect("synced acquire after SIGCONT")
-        .release()
-        .await
-        .unwrap();
+    // The resumed replica catches up, then confirms again.
+    common::until_synced_acquire(&lock).await;
     assert!(common::lock_keys(&mut admin).await.is_empty());
 }
 
@@ -139,7 +120,9 @@ async fn a_synced_hold_whose_renewals_go_unconfirmed_reads_as_lost_by_the_end_of
     let (primary, replica) = primary_and_replica().await;
     let client = synced_client(&primary).await;
     let ttl = Duration::from_millis(1200);
-    let synced = client.lock("synced:held").ttl(ttl).acquire().await.unwrap();
+    let held = client.lock("synced:held").ttl(ttl);
+    common::until_synced_acquire(&held).await;
+    let synced = held.acquire().await.expect("the replica confirms by now");
     let unsynced = client
         .lock("synced:plain")
         .synced_replicas(0, WITHIN)
@@ -220,22 +203,7 @@ async fn a_refused_wait_after_a_grant_gives_the_lock_back() {
         "{text}"
     );
     let key = lock.key().to_owned();
-    common::eventually(
-        Duration::from_secs(5),
-        "the unconfirmed grant released",
-        || {
-            let (mut admin, key) = (admin.clone(), key.clone());
-            async move {
-                let n: i64 = dlock::redis::cmd("EXISTS")
-                    .arg(&key)
-                    .query_async(&mut admin)
-                    .await
-                    .unwrap();
-                n == 0
-            }
-        },
-    )
-    .await;
+    common::until_key_gone(&admin, &key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -243,10 +211,10 @@ async fn a_handle_waiting_for_more_replicas_does_not_hold_up_another() {
     let (primary, _replica) = primary_and_replica().await;
     let mut admin = common::raw(&primary.url()).await;
     let client = common::client(&primary).await;
-    // Two replicas are asked for, one exists: this acquire's WAIT runs its whole 3 s.
+    // Two replicas are asked for, one exists: this acquire's WAIT runs its whole 4 s.
     let greedy = client
         .lock("synced:two")
-        .synced_replicas(2, Duration::from_secs(3));
+        .synced_replicas(2, Duration::from_secs(4));
     let blocked = tokio::spawn(async move { greedy.acquire().await.map(|_| ()) });
     common::eventually(Duration::from_secs(5), "a client blocked in WAIT", || {
         let mut admin = admin.clone();
@@ -264,13 +232,13 @@ async fn a_handle_waiting_for_more_replicas_does_not_hold_up_another() {
     let started = Instant::now();
     let g = client
         .lock("synced:one")
-        .synced_replicas(1, Duration::from_millis(500))
+        .synced_replicas(1, Duration::from_millis(1500))
         .acquire()
         .await
         .expect("one replica confirms");
     let took = started.elapsed();
     assert!(
-        took < Duration::from_secs(1),
+        took < Duration::from_secs(3),
         "waited {took:?} behind the other handle's WAIT"
     );
     g.release().await.unwrap();

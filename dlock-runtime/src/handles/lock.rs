@@ -268,11 +268,22 @@ impl Lock {
         self.label.as_deref().unwrap_or(telemetry::OTHER)
     }
 
-    /// The same, for a hold to keep.
-    fn label_arc(&self) -> Arc<str> {
-        self.label
+    /// A new hold of this lock for a new owner, with this handle's settings (not yet sent).
+    fn fresh_hold(&self, lease: Duration) -> Hold {
+        let label = self
+            .label
             .clone()
-            .unwrap_or_else(|| Arc::from(telemetry::OTHER))
+            .unwrap_or_else(|| Arc::from(telemetry::OTHER));
+        self.shared
+            .new_hold(
+                self.name.clone(),
+                self.keys.clone(),
+                lease,
+                self.lease.is_some(),
+                self.kind.clone(),
+                self.sync(),
+            )
+            .labelled(label)
     }
 
     /// [`Lock::acquire_within`] inside its span.
@@ -367,18 +378,7 @@ impl Lock {
         };
         let hard = self.lease.is_some();
         let new_hold = || {
-            let hold = Arc::new(
-                inner
-                    .new_hold(
-                        self.name.clone(),
-                        self.keys.clone(),
-                        lease,
-                        hard,
-                        self.kind.clone(),
-                        self.sync(),
-                    )
-                    .labelled(self.label_arc()),
-            );
+            let hold = Arc::new(self.fresh_hold(lease));
             // Registered before the first request goes out; removed again on any failure or
             // cancellation by the registration's Drop.
             let registration = Registration::new(&self.shared, hold.clone(), !hard);
@@ -550,19 +550,7 @@ impl Lock {
             });
         }
         let hard = self.lease.is_some();
-        let hold = Arc::new(
-            self.shared
-                .new_hold(
-                    self.name.clone(),
-                    self.keys.clone(),
-                    lease,
-                    hard,
-                    self.kind.clone(),
-                    self.sync(),
-                )
-                .labelled(self.label_arc())
-                .for_owner(&parent.owner),
-        );
+        let hold = Arc::new(self.fresh_hold(lease).for_owner(&parent.owner));
         let registration = Registration::new(&self.shared, hold.clone(), !hard);
         // Sent like a re-entry, with a marker: if the owner already holds this side (a second
         // read taken in one write scope), the script adds a hold rather than answering "held
