@@ -59,6 +59,22 @@ where
     }
 }
 
+/// Waits until this client can take `lock` with `try_acquire` (then gives it back): after a
+/// dropped guard's background release, the client's own queue for the key is given back when
+/// the release's reply arrives, which may be a moment after Redis shows the key gone.
+pub async fn until_taken_here(lock: &Lock, within: Duration) {
+    eventually(within, "the lock free for this client", || {
+        let lock = lock.clone();
+        async move {
+            match lock.try_acquire().await.unwrap() {
+                Some(g) => g.release().await.is_ok(),
+                None => false,
+            }
+        }
+    })
+    .await;
+}
+
 /// Waits until nobody holds `lock` (the key is gone in Redis); returns how long that took.
 pub async fn until_unlocked(lock: &Lock, within: Duration) -> Duration {
     eventually(within, &format!("lock `{}` free", lock.name()), || async {
