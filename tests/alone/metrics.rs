@@ -199,4 +199,14 @@ async fn locks_count_by_template_and_trace_their_acquires_and_holds() {
         ),
         "no closed dlock.hold span:\n{log}"
     );
+    // The acquire span closes when the acquire ends, not when the hold does.
+    let line_of = |needle: &str| {
+        log.lines()
+            .position(|l| l.contains(needle) && l.contains("close"))
+            .unwrap_or_else(|| panic!("no closed span {needle}:\n{log}"))
+    };
+    assert!(
+        line_of("dlock.acquire{lock=metrics:2") < line_of("dlock.hold{lock=metrics:2"),
+        "dlock.acquire stayed open until the hold ended:\n{log}"
+    );
 }

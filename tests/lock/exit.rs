@@ -102,6 +102,10 @@ async fn shutdown_releases_held_locks_wakes_other_clients_and_closes_the_client(
     let lock = client.lock("shutdown:held").ttl(LEASE);
     let outer = lock.acquire().await.unwrap();
     let inner = outer.scope(lock.acquire()).await.unwrap();
+    // A hard lease is not the watchdog's: shutdown leaves it, and its own release still goes
+    // to Redis afterwards.
+    let hard_lock = client.lock("shutdown:hard").lease(LEASE);
+    let hard = hard_lock.acquire().await.unwrap();
     let waiter = {
         let l = other.lock("shutdown:held").wait(Duration::from_secs(10));
         tokio::spawn(async move { l.acquire().await })
@@ -140,6 +144,13 @@ async fn shutdown_releases_held_locks_wakes_other_clients_and_closes_the_client(
         "the other client's hold was released"
     );
     got.release().await.unwrap();
+    assert!(
+        hard_lock.is_locked().await.unwrap(),
+        "shutdown released a hard lease"
+    );
+    hard.release()
+        .await
+        .expect("a hard lease's release after shutdown");
     assert!(common::lock_keys(&mut admin).await.is_empty());
     match client.lock("shutdown:new").acquire().await {
         Err(e @ LockError::Closed { .. }) => assert!(e.to_string().contains("shutdown:new")),

@@ -673,6 +673,12 @@ async fn the_cancellation_token_is_cancelled_when_the_hold_is_lost() {
     assert!(stopped.is_none(), "the work ran to its end");
     assert!(guard.is_lost() && from_body.is_cancelled());
 
+    // Released: its work must not outlive it, so the token is cancelled by the release.
+    let released = client.lock("token:released").acquire().await.unwrap();
+    let token = released.cancellation_token();
+    released.release().await.unwrap();
+    assert!(token.is_cancelled(), "still running work after the release");
+
     // A hard lease: nothing is sent when it ends, the timer alone cancels.
     let hard = client
         .lock("token:hard")

@@ -23,7 +23,7 @@ use tokio::sync::{oneshot, Notify};
 
 pub(crate) struct Background {
     handle: Handle,
-    cleanups: Arc<Cleanups>,
+    cleanups: Arc<Tracker>,
     /// Dropping it (with the last client clone) ends the thread and cancels its tasks.
     _stop: oneshot::Sender<()>,
 }
@@ -33,10 +33,10 @@ thread_local! {
     static ON_CLIENT_THREAD: Cell<bool> = const { Cell::new(false) };
 }
 
-/// The clean-ups in flight (background releases, undos of cancelled acquires): what a
-/// shutdown, or the drop of a client's last handle, waits for before the process may exit.
+/// Work in flight that a shutdown waits for: the clean-ups on the client's thread (background
+/// releases, undos of cancelled acquires), or the acquires under way.
 #[derive(Default)]
-struct Cleanups {
+pub(crate) struct Tracker {
     running: Mutex<usize>,
     /// For a waiter on a plain thread (a `Drop`).
     idle: Condvar,
@@ -44,21 +44,46 @@ struct Cleanups {
     idle_async: Notify,
 }
 
-impl Cleanups {
+impl Tracker {
     fn running(&self) -> std::sync::MutexGuard<'_, usize> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
 
-/// Counts one clean-up as running until dropped (finished or cancelled).
-struct Running(Arc<Cleanups>);
+    /// Counts one piece of work as running until the returned guard is dropped.
+    pub(crate) fn start(self: &Arc<Self>) -> Running {
+        *self.running() += 1;
+        Running(self.clone())
+    }
 
-impl Running {
-    fn start(cleanups: &Arc<Cleanups>) -> Self {
-        *cleanups.running() += 1;
-        Running(cleanups.clone())
+    /// Waits until nothing runs, at most `bound`; whether nothing runs.
+    pub(crate) async fn idle(&self, bound: Duration) -> bool {
+        let wait = async {
+            loop {
+                let idle = self.idle_async.notified();
+                tokio::pin!(idle);
+                idle.as_mut().enable();
+                if *self.running() == 0 {
+                    return;
+                }
+                idle.await;
+            }
+        };
+        tokio::time::timeout(bound, wait).await.is_ok()
+    }
+
+    /// [`Tracker::idle`] for a caller that cannot await: blocks this thread.
+    fn idle_blocking(&self, bound: Duration) -> bool {
+        let running = self.running();
+        let (running, _) = self
+            .idle
+            .wait_timeout_while(running, bound, |n| *n > 0)
+            .unwrap_or_else(|e| e.into_inner());
+        *running == 0
     }
 }
+
+/// Counts one piece of work as running until dropped (finished or cancelled).
+pub(crate) struct Running(Arc<Tracker>);
 
 impl Drop for Running {
     fn drop(&mut self) {
@@ -113,7 +138,7 @@ impl Background {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let running = Running::start(&self.cleanups);
+        let running = self.cleanups.start();
         self.spawn(async move {
             let _running = running;
             fut.await;
@@ -122,18 +147,7 @@ impl Background {
 
     /// Waits until no clean-up runs, at most `bound`; whether none runs.
     pub(crate) async fn flushed(&self, bound: Duration) -> bool {
-        let wait = async {
-            loop {
-                let idle = self.cleanups.idle_async.notified();
-                tokio::pin!(idle);
-                idle.as_mut().enable();
-                if *self.cleanups.running() == 0 {
-                    return;
-                }
-                idle.await;
-            }
-        };
-        tokio::time::timeout(bound, wait).await.is_ok()
+        self.cleanups.idle(bound).await
     }
 
     /// [`Background::flushed`] for a caller that cannot await (a `Drop`): blocks this thread.
@@ -142,13 +156,7 @@ impl Background {
         if ON_CLIENT_THREAD.with(Cell::get) {
             return *self.cleanups.running() == 0;
         }
-        let running = self.cleanups.running();
-        let (running, _) = self
-            .cleanups
-            .idle
-            .wait_timeout_while(running, bound, |n| *n > 0)
-            .unwrap_or_else(|e| e.into_inner());
-        *running == 0
+        self.cleanups.idle_blocking(bound)
     }
 
     /// Runs `fut` on the client's thread and waits for it from the caller's runtime: used to

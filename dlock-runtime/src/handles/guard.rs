@@ -94,8 +94,8 @@ impl LockGuard {
     /// [`LockGuard::is_lost`] turns true: the ecosystem's way to stop work, which the body
     /// can hand to the tasks it spawns (`token.run_until_cancelled(work)`, or
     /// `select!` on `token.cancelled()`). Each call returns a child of the hold's token:
-    /// cancelling it yourself stops only what listens to it. After a release, the token is
-    /// cancelled at the latest when the released lease would have ended.
+    /// cancelling it yourself stops only what listens to it. The last release of the hold
+    /// cancels it too: work started with it must not outlive the hold.
     ///
     /// ```no_run
     /// # extern crate dlock_runtime as dlock;

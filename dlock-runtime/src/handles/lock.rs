@@ -243,6 +243,7 @@ impl Lock {
             token = tracing::field::Empty,
         );
         let started = Instant::now();
+        let _under_way = self.shared.acquiring.start();
         let result = self.acquire_traced(wait).instrument(span.clone()).await;
         let outcome = match &result {
             Ok(guard) => {
@@ -399,6 +400,13 @@ impl Lock {
             let pttl = match attempt {
                 Attempt::Acquired { token, .. } => {
                     let token = token.max(0) as u64;
+                    if inner.closed.load(Ordering::Acquire) {
+                        // Granted after the client's shutdown began: give it back now.
+                        crate::machinery::release::release_quietly(inner, &hold).await;
+                        return Err(LockError::Closed {
+                            name: self.name.clone(),
+                        });
+                    }
                     hold.confirm(sent_at);
                     if hold.is_lost() {
                         // The reply came after the lease it granted could be trusted (a paused
@@ -582,6 +590,13 @@ impl Lock {
                 name: self.name.clone(),
             });
         };
+        if self.shared.closed.load(Ordering::Acquire) {
+            // Granted after the client's shutdown began: give it back now.
+            crate::machinery::release::release_quietly(&self.shared, &hold).await;
+            return Err(LockError::Closed {
+                name: self.name.clone(),
+            });
+        }
         hold.confirm(sent_at);
         // The enclosing hold's token when this side was not a free -> held transition.
         let token = if token > 0 {

@@ -44,6 +44,8 @@ pub(crate) struct Hold {
     bg: tokio::runtime::Handle,
     /// The lock's template, for metrics (see `telemetry.rs`).
     pub(crate) label: Arc<str>,
+    /// Released in Redis by the client's shutdown: its guards' releases send nothing.
+    pub(crate) released_by_shutdown: AtomicBool,
     /// While held: the `dlock.hold` span, and when the hold began.
     holding: Mutex<Option<(tracing::Span, Instant)>>,
 }
@@ -72,6 +74,7 @@ impl Hold {
             cancel: OnceLock::new(),
             bg,
             label: Arc::from(telemetry::OTHER),
+            released_by_shutdown: AtomicBool::new(false),
             holding: Mutex::new(None),
         }
     }
@@ -97,6 +100,7 @@ impl Hold {
             cancel: OnceLock::new(),
             bg: from.bg.clone(),
             label: from.label.clone(),
+            released_by_shutdown: AtomicBool::new(false),
             holding: Mutex::new(None),
         }
     }
@@ -106,8 +110,6 @@ impl Hold {
         self.yield_next.store(true, Ordering::Release);
     }
 
-    /// The same hold for an existing owner (a writer taking the read side of its lock keeps
-    /// its owner id, so the script knows it is the writer).
     /// Labels the hold's metrics with the lock's template.
     pub(crate) fn labelled(mut self, label: Arc<str>) -> Self {
         self.label = label;
@@ -116,13 +118,25 @@ impl Hold {
 
     /// The hold begins (granted, or handed over with `token`): opens its `dlock.hold` span.
     pub(crate) fn begin_holding(&self, token: u64) {
-        let span =
-            tracing::info_span!("dlock.hold", lock = %self.name, kind = self.kind.id(), token);
+        // A root of its own that follows the acquire: as a child it would keep the
+        // `dlock.acquire` span open until the release.
+        let span = tracing::info_span!(
+            parent: None,
+            "dlock.hold",
+            lock = %self.name,
+            kind = self.kind.id(),
+            token
+        );
+        span.follows_from(tracing::Span::current());
         *self.holding.lock().unwrap_or_else(|e| e.into_inner()) = Some((span, Instant::now()));
     }
 
     /// The hold ends (its last release): closes the span, records how long it was held.
     pub(crate) fn end_holding(&self) {
+        // No longer held: work started with the token stops now, not at the lease's end.
+        if let Some(token) = self.cancel.get() {
+            token.cancel();
+        }
         let began = self
             .holding
             .lock()
@@ -133,6 +147,8 @@ impl Hold {
         }
     }
 
+    /// The same hold for an existing owner (a writer taking the read side of its lock keeps
+    /// its owner id, so the script knows it is the writer).
     pub(crate) fn for_owner(mut self, owner: &str) -> Self {
         owner.clone_into(&mut self.claim.owner);
         self
@@ -178,6 +194,17 @@ impl Hold {
         }
     }
 
+    /// Ends the hold because its client is shutting down and releases it in Redis: it reads
+    /// as lost (its guards must stop, and their releases send nothing), but nothing went
+    /// wrong, so no warning and no `dlock_lost_total`.
+    pub(crate) fn end_for_shutdown(&self) {
+        self.released_by_shutdown.store(true, Ordering::Release);
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            tracing::debug!(lock = %self.name, "dlock: hold ended by the client's shutdown");
+            self.lost_notify.notify_waiters();
+        }
+    }
+
     /// A token cancelled when the hold is lost (see [`Hold::lost`]): a child of the hold's
     /// own, so cancelling it affects nobody else. The first request starts a task on the
     /// client's thread that cancels the hold's token when [`Hold::lost`] completes.
@@ -187,8 +214,13 @@ impl Hold {
                 let token = CancellationToken::new();
                 let (hold, cancel) = (self.clone(), token.clone());
                 drop(self.bg.spawn(async move {
-                    hold.lost().await;
-                    cancel.cancel();
+                    // Cancels however the task ends: the hold lost or released, or the
+                    // client's thread gone (its tasks dropped).
+                    let _cancel = cancel.clone().drop_guard();
+                    tokio::select! {
+                        _ = hold.lost() => {}
+                        _ = cancel.cancelled() => {}
+                    }
                 }));
                 token
             })

@@ -143,8 +143,8 @@ fn begin_release(shared: &Arc<Shared>, hold: &Arc<Hold>) -> Option<bool> {
     if last {
         hold.end_holding();
     }
-    if shared.closed.load(Ordering::Acquire) {
-        // The shutdown gave every hold back already.
+    if hold.released_by_shutdown.load(Ordering::Acquire) {
+        // The shutdown gave this hold back already.
         if last {
             hold.release_gate(None);
         }
@@ -206,10 +206,9 @@ pub(crate) fn spawn_release(shared: Arc<Shared>, hold: Arc<Hold>) {
 /// Gives back every Redis-side count of `hold`'s owner (shutdown: its guards may still be
 /// alive, but will send nothing); a failure is only logged.
 pub(crate) async fn release_all_counts(shared: &Arc<Shared>, hold: &Hold) {
-    // One release per count the owner may hold (each guard of the hold is one); the script
-    // says how many are left.
-    let counts = hold.local_holds.load(Ordering::Acquire).max(1);
-    for _ in 0..counts {
+    // One release per count the owner holds in Redis, until the script says none is left
+    // (re-entries may come and go meanwhile: a count is not read once and trusted).
+    for _ in 0..MAX_SHUTDOWN_RELEASES {
         let latch = shared.unique_id();
         match release_script(shared, hold, &latch, true).await {
             Ok(r) if r.left > 0 => {}
@@ -221,6 +220,9 @@ pub(crate) async fn release_all_counts(shared: &Arc<Shared>, hold: &Hold) {
         }
     }
 }
+
+/// Releases of one hold at shutdown, at most: far above any real re-entry depth.
+const MAX_SHUTDOWN_RELEASES: usize = 1024;
 
 /// Releases a hold without a guard and waits for it; a failure is only logged (what it would
 /// have released expires with its lease).
@@ -317,6 +319,10 @@ async fn release_script(
 /// bounds allow. True when handed over: nothing is to be sent to Redis.
 fn hand_over(shared: &Arc<Shared>, hold: &Arc<Hold>, due: Option<Instant>) -> bool {
     let Some(due) = due else { return false };
+    // A shut-down client's watchdog renews nothing: release in Redis instead.
+    if shared.closed.load(Ordering::Acquire) {
+        return false;
+    }
     let bounds = shared.handoff;
     if bounds.limit == 0 || !hold.kind.hands_over_locally() || hold.hard || hold.is_lost() {
         return false;

@@ -14,7 +14,7 @@ use crate::backend::library::Mode;
 use crate::backend::names::LockKeys;
 use crate::backend::script::install_library;
 use crate::backend::sync_conn::SyncConn;
-use crate::backend::thread::Background;
+use crate::backend::thread::{Background, Tracker};
 use crate::backend::topology::Topology;
 use crate::error::LockError;
 use crate::kinds::{Claim, LockKind};
@@ -37,6 +37,8 @@ pub(crate) struct Shared {
     pub(crate) stop: CancellationToken,
     /// Set by shutdown: no more acquires.
     pub(crate) closed: AtomicBool,
+    /// Acquires under way: shutdown waits for them (each ends at its next step once closed).
+    pub(crate) acquiring: Arc<Tracker>,
     pub(crate) prefix: String,
     pub(crate) default_ttl: Duration,
     pub(crate) default_wait: Duration,
@@ -137,6 +139,7 @@ impl Shared {
             sync: b.sync,
             stop,
             closed: AtomicBool::new(false),
+            acquiring: Arc::default(),
             prefix: b.prefix,
             default_ttl: b.default_ttl,
             default_wait: b.default_wait,

@@ -187,14 +187,14 @@ impl Waiters {
         })
     }
 
-    /// Registers interest in `channel` and, while the subscriber is connected, waits until Redis
-    /// confirmed the subscription, but never longer than the ack timeout. Never fails: the
-    /// caller learns from [`Subscription::confirmed`] whether it may count on a release message.
     /// Wakes every waiter (the client is shutting down: they find out on their next attempt).
     pub(crate) fn wake_all(&self) {
         self.shared.wake_all();
     }
 
+    /// Registers interest in `channel` and, while the subscriber is connected, waits until Redis
+    /// confirmed the subscription, but never longer than the ack timeout. Never fails: the
+    /// caller learns from [`Subscription::confirmed`] whether it may count on a release message.
     pub(crate) async fn subscribe(&self, channel: &str) -> Subscription {
         let (ack_tx, ack_rx) = oneshot::channel();
         let sub = self.register(channel, ack_tx);

@@ -141,12 +141,12 @@ impl Watchdog {
         self.shared.wake_before(due);
     }
 
-    /// Whether any acquired hold is being renewed.
     /// Every hold the watchdog keeps, taken out of it: none is renewed from now on (shutdown).
     pub(crate) fn take_all(&self) -> Vec<Arc<Hold>> {
         self.shared.entries().drain().map(|(_, e)| e.hold).collect()
     }
 
+    /// Whether any acquired hold is being renewed.
     pub(crate) fn holds_any(&self) -> bool {
         self.shared.entries().values().any(|e| e.active)
     }
