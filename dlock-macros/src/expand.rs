@@ -409,15 +409,20 @@ fn generate(args: &Args, what: What<'_>, func: ItemFn, error_site: ErrorSite) ->
                 quote! { #krate::LockGuard::release_logged(#guard).await; },
             )
         }
-        What::Multi(_) => (
-            quote! { #client.multi_lock(#key) },
+        What::Multi(templates) => (
+            {
+                let label: Vec<String> = templates.iter().map(|t| t.lit.value()).collect();
+                let label = label.join(",");
+                quote! { #client.multi_lock(#key).label(#label) }
+            },
             quote! { #krate::MultiGuard::scope(&#guard, async move #block).await },
             quote! { #krate::MultiGuard::release_logged(#guard).await; },
         ),
-        What::Semaphore(_, permits) => {
+        What::Semaphore(t, permits) => {
             let permits = proc_macro2::Literal::u32_unsuffixed(permits);
+            let label = t.map_or_else(|| sig.ident.to_string(), |t| t.lit.value());
             (
-                quote! { #client.semaphore(#key, #permits) },
+                quote! { #client.semaphore(#key, #permits).label(#label) },
                 // Permits are not re-entrant: no scope, the body runs as it is.
                 quote! { (async move #block).await },
                 quote! { #krate::Permit::release_logged(#guard).await; },
@@ -698,8 +703,8 @@ mod tests {
         );
         assert!(
             out.contains(
-                "__dlock_client . multi_lock (__dlock_key) . wait (:: core :: time :: Duration \
-                 :: from_millis (1000)) . acquire () . await"
+                "__dlock_client . multi_lock (__dlock_key) . label (\"acct:{from},acct:{to}\") \
+                 . wait (:: core :: time :: Duration :: from_millis (1000)) . acquire () . await"
             ),
             "{out}"
         );
@@ -723,7 +728,10 @@ mod tests {
         )
         .unwrap();
         assert!(
-            out.contains("__dlock_client . semaphore (__dlock_key , 2) . acquire () . await"),
+            out.contains(
+                "__dlock_client . semaphore (__dlock_key , 2) . label (\"exports:{id}\") \
+                 . acquire () . await"
+            ),
             "{out}"
         );
         assert!(

@@ -11,12 +11,17 @@ mod common;
 use std::time::Duration;
 
 use common::logs::Logs;
-use dlock::{distributed_lock, LockClient, LockError};
+use dlock::{distributed_lock, distributed_semaphore, LockClient, LockError};
 use tracing_subscriber::fmt::format::FmtSpan;
 
 #[distributed_lock(key = "metrics:{id}", client = client)]
 async fn locked(client: &LockClient, id: u32) -> Result<u32, LockError> {
     Ok(id)
+}
+
+#[distributed_semaphore(key = "export:{tenant}", permits = 2, client = client)]
+async fn exported(client: &LockClient, tenant: u32) -> Result<u32, LockError> {
+    Ok(tenant)
 }
 
 /// The rendered sample lines of `metric` whose labels include every one of `labels`.
@@ -60,6 +65,19 @@ async fn locks_count_by_template_and_trace_their_acquires_and_holds() {
     for id in 0..3 {
         assert_eq!(locked(&client, id).await.unwrap(), id);
     }
+    // A semaphore through its attribute, a multi-lock through its handle.
+    for tenant in 0..2 {
+        exported(&client, tenant).await.unwrap();
+    }
+    client
+        .multi_lock(["m:1", "m:2"])
+        .label("m:{n}")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     // Busy, timeout, and a handle without a label.
     let held = client
         .lock("plain:1")
@@ -125,6 +143,18 @@ async fn locks_count_by_template_and_trace_their_acquires_and_holds() {
     assert!(
         samples(&text, "dlock_acquires_total", &["metrics:0"]).is_empty(),
         "a rendered key became a label"
+    );
+    let export = [
+        r#"lock="export:{tenant}""#,
+        r#"kind="semaphore""#,
+        r#"outcome="acquired""#,
+    ];
+    assert_eq!(value(&text, "dlock_acquires_total", &export), 2.0);
+    let multi = [r#"lock="m:{n}""#, r#"outcome="acquired""#];
+    assert_eq!(
+        value(&text, "dlock_acquires_total", &multi),
+        2.0,
+        "one per lock of the multi-lock"
     );
     let plain = r#"lock="plain:{n}""#;
     assert_eq!(

@@ -136,6 +136,18 @@ impl MultiLock {
         self
     }
 
+    /// What the metrics of its locks are labelled with: one *template* (see [`Lock::label`])
+    /// for all of them; `#[distributed_lock(keys = [...])]` gives its templates joined by `,`.
+    pub fn label(mut self, template: impl Into<String>) -> Self {
+        let template = template.into();
+        self.locks = self
+            .locks
+            .into_iter()
+            .map(|l| l.label(template.clone()))
+            .collect();
+        self
+    }
+
     /// The distinct names, in the order the locks are taken (sorted by key).
     pub fn names(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
         self.locks.iter().map(Lock::name)

@@ -121,6 +121,13 @@ impl Semaphore {
         self
     }
 
+    /// What this semaphore's metrics are labelled with: its *template* (see
+    /// [`Lock::label`]); `#[distributed_semaphore]` gives its key template.
+    pub fn label(mut self, template: impl Into<String>) -> Self {
+        self.lock = self.lock.label(template);
+        self
+    }
+
     /// The semaphore's name, as given.
     pub fn name(&self) -> &str {
         self.lock.name()
