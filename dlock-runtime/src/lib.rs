@@ -147,11 +147,28 @@
 //!   makes redis-rs resend the acquire to the new node after the undo got there: then the undo
 //!   finds nothing, and the orphaned hold, never renewed, expires with its lease.
 //! * **Sentinel**: [`LockClient::sentinel_builder`] with the sentinels' URLs and the master's
-//!   name ([`LockClientBuilder::master_auth`] for its ACL user). The client asks the sentinels
-//!   again whenever a command fails the way a failover makes it fail (a broken connection, or
-//!   READONLY from a demoted primary), and at least every 5 s while in use, then switches to
-//!   the new primary (measured: acquiring again 0.43 s after the sentinels promoted the
-//!   replica). Commands in flight at the failover fail and are handled like any Redis error.
+//!   name ([`LockClientBuilder::master_auth`] for its ACL user). The client listens to every
+//!   sentinel's `+switch-master` announcement (one pub/sub connection per sentinel), and
+//!   asks the sentinels again whenever a command fails the way a failover makes it fail (a
+//!   broken connection, or READONLY from a demoted primary), and at least every 5 s while in
+//!   use. It asks every sentinel and follows the answer with the highest `config-epoch`, so a
+//!   sentinel that has not heard of a failover yet cannot send it back. On a switch it renews
+//!   every hold on the new primary at once and moves its subscriber there (measured: acquiring
+//!   again 0.43 s after the sentinels promoted the replica). Commands in flight at the switch
+//!   fail and are handled like any Redis error; a reply that arrives after the switch is not
+//!   believed.
+//!
+//!   That last rule matters when the primary is *paused* rather than killed (SIGSTOP, a long
+//!   `DEBUG SLEEP`, a stalled VM) past `down-after-milliseconds`: the sentinels promote its
+//!   replica, and the old primary wakes up still calling itself master and accepting writes
+//!   for seconds, until they reconfigure it. A grant it sends after the announcement, or
+//!   that arrives after the client switched, is treated like a cancelled acquire's; a hold
+//!   the promoted replica lacks is reported lost at the switch (tests/deployments/
+//!   sentinel_paused.rs). What remains is the window between the promotion and the first
+//!   announcement the client hears (milliseconds on one host): a grant the old primary makes
+//!   then is a write the new primary never sees, data loss like any write a promoted replica
+//!   missed. The server-side closing of that window is `min-replicas-to-write 1` with a small
+//!   `min-replicas-max-lag` on the primary: it then refuses writes once its replica is gone.
 //! * **TLS and ACL users** on each: `rediss://` URLs (rustls with the ring provider: pure Rust,
 //!   no OpenSSL headers needed to build), [`LockClientBuilder::tls_root_certificates`] for a
 //!   private CA, `user:password@` in URLs. Passwords never appear in errors, logs or `Debug`.

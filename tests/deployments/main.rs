@@ -7,4 +7,5 @@
 mod common;
 
 mod sentinel;
+mod sentinel_paused;
 mod tls;

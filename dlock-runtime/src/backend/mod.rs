@@ -3,7 +3,8 @@
 //! Lua scripts and their loading (one FUNCTION library), and how names become hash-tagged keys.
 //!
 //! Imports only `settings` and `error`. Bottom to top: `names`, `open`, `thread`, `slots`,
-//! `sentinel`, `library`, `conn`, `script`, `topology`, `sync_conn`.
+//! `sentinel_ask`, `sentinel_events`, `sentinel`, `library`, `conn`, `script`, `topology`,
+//! `sync_conn`.
 
 pub(crate) mod acl;
 pub(crate) mod conn;
@@ -12,6 +13,8 @@ pub(crate) mod names;
 pub(crate) mod open;
 pub(crate) mod script;
 pub(crate) mod sentinel;
+pub(crate) mod sentinel_ask;
+pub(crate) mod sentinel_events;
 pub(crate) mod slots;
 pub(crate) mod sync_conn;
 pub(crate) mod thread;

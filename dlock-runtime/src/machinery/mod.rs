@@ -2,13 +2,15 @@
 //! the local gate and handoff, waiters, the watchdog, orphan clean-up and releases.
 //!
 //! Imports `settings`, `error`, `backend` and `kinds`; nothing here names a public handle.
-//! Bottom to top: `telemetry`, `gate`, `hold`, `scope`, `waiters`, `watchdog`, `failover_watch`, `shared`,
+//! Bottom to top: `telemetry`, `gate`, `hold`, `scope`, `waiters`, `watchdog`, `failover_watch`,
+//! `primary_switch`, `shared`,
 //! `orphan`, `release`, `shutdown`.
 
 pub(crate) mod failover_watch;
 pub(crate) mod gate;
 pub(crate) mod hold;
 pub(crate) mod orphan;
+pub(crate) mod primary_switch;
 pub(crate) mod release;
 pub(crate) mod scope;
 pub(crate) mod shared;

@@ -13,16 +13,17 @@ use crate::backend::conn::{Conn, Pool};
 use crate::backend::library::Mode;
 use crate::backend::names::LockKeys;
 use crate::backend::script::install_library;
+use crate::backend::sentinel::SentinelConn;
 use crate::backend::sync_conn::SyncConn;
 use crate::backend::thread::{Background, Tracker};
 use crate::backend::topology::Topology;
 use crate::error::LockError;
 use crate::kinds::{Claim, LockKind};
-use crate::machinery::failover_watch;
 use crate::machinery::gate::Gates;
 use crate::machinery::hold::Hold;
 use crate::machinery::waiters::{WaiterSettings, Waiters, DEFAULT_HEALTH_INTERVAL};
 use crate::machinery::watchdog::Watchdog;
+use crate::machinery::{failover_watch, primary_switch};
 use crate::settings::{Bounds, ReplicaSync, Settings};
 
 pub(crate) struct Shared {
@@ -131,6 +132,15 @@ impl Shared {
         )
         .await
         .map_err(connect_err)?;
+        if let Some(SentinelConn(follower)) = pool.get().sentinel() {
+            primary_switch::start(
+                follower.switches(),
+                Arc::downgrade(&watchdog),
+                waiters.reconnect_handle(),
+                bg.handle(),
+                stop.clone(),
+            );
+        }
         let shared = Arc::new(Shared {
             watchdog,
             url,

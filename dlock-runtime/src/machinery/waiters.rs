@@ -68,6 +68,9 @@ pub(crate) struct WaiterSettings {
 enum Command {
     Subscribe(String, Arc<ChannelState>, oneshot::Sender<bool>),
     Unsubscribe(String),
+    /// Leave the current connection and open a new one (the primary moved while the old one
+    /// still answers: its releases are no longer the ones that matter).
+    Reconnect,
 }
 
 /// What the waiters of one channel share with the subscriber task.
@@ -124,6 +127,16 @@ pub(crate) struct Waiters {
     shared: Arc<Shared>,
     commands: mpsc::UnboundedSender<Command>,
     ack_timeout: Duration,
+}
+
+/// Makes the subscriber replace its connection, asking the topology again where to connect.
+#[derive(Clone)]
+pub(crate) struct Reconnect(mpsc::UnboundedSender<Command>);
+
+impl Reconnect {
+    pub(crate) fn now(&self) {
+        let _ = self.0.send(Command::Reconnect);
+    }
 }
 
 /// One waiter's interest in one channel; unsubscribes (when it is the last) on drop.
@@ -185,6 +198,11 @@ impl Waiters {
             commands: tx,
             ack_timeout,
         })
+    }
+
+    /// A handle that makes the subscriber move to a new connection (see [`Reconnect`]).
+    pub(crate) fn reconnect_handle(&self) -> Reconnect {
+        Reconnect(self.commands.clone())
     }
 
     /// Wakes every waiter (the client is shutting down: they find out on their next attempt).
@@ -444,7 +462,8 @@ impl Subscriber {
         for _ in 0..self.rx.len() {
             match self.rx.try_recv() {
                 Ok(Command::Subscribe(_, _, ack)) => queued_acks.push(ack),
-                Ok(Command::Unsubscribe(_)) => {}
+                // Moot on a connection just opened (asked for where to connect just now).
+                Ok(Command::Unsubscribe(_) | Command::Reconnect) => {}
                 Err(_) => break,
             }
         }
@@ -496,9 +515,10 @@ impl Subscriber {
                 }
                 cmd = self.rx.recv() => match cmd {
                     None => return Ended::ClientGone,
+                    Some(Command::Reconnect) => return Ended::Lost("the primary moved"),
                     Some(cmd) => {
-                        if !self.apply(sink, cmd).await {
-                            return Ended::Lost("no reply to SUBSCRIBE/UNSUBSCRIBE in time");
+                        if let Err(why) = self.apply(sink, cmd).await {
+                            return Ended::Lost(why);
                         }
                     }
                 },
@@ -510,9 +530,13 @@ impl Subscriber {
 
     /// Applies `first` and every command already queued behind it, in order, batching runs of
     /// subscribes into one SUBSCRIBE so a burst of new waiters costs one round trip. False if
-    /// the connection is dead; the subscribes not applied then are left unconfirmed (their
-    /// channels are re-subscribed on the next connection).
-    async fn apply(&mut self, sink: &mut redis::aio::PubSubSink, first: Command) -> bool {
+    /// the connection is dead or must be replaced (the reason); the subscribes not applied
+    /// then are left unconfirmed (their channels are re-subscribed on the next connection).
+    async fn apply(
+        &mut self,
+        sink: &mut redis::aio::PubSubSink,
+        first: Command,
+    ) -> Result<(), &'static str> {
         let mut batch = vec![first];
         for _ in 0..self.rx.len() {
             match self.rx.try_recv() {
@@ -523,6 +547,7 @@ impl Subscriber {
         let mut cmds = batch.into_iter().peekable();
         while let Some(cmd) = cmds.next() {
             let reply = match cmd {
+                Command::Reconnect => return Err("the primary moved"),
                 Command::Unsubscribe(ch) => {
                     round_trip(self.settings.ack_timeout, sink.unsubscribe(&ch)).await
                 }
@@ -537,10 +562,10 @@ impl Subscriber {
                 }
             };
             if reply == Reply::Dead {
-                return false;
+                return Err("no reply to SUBSCRIBE/UNSUBSCRIBE in time");
             }
         }
-        true
+        Ok(())
     }
 
     /// One SUBSCRIBE for a run of channels; records and reports whether Redis confirmed it.
@@ -572,7 +597,7 @@ impl Subscriber {
                 cmd = self.rx.recv() => match cmd {
                     None => return false,
                     Some(Command::Subscribe(_, _, ack)) => { let _ = ack.send(false); }
-                    Some(Command::Unsubscribe(_)) => {}
+                    Some(Command::Unsubscribe(_) | Command::Reconnect) => {}
                 },
             }
         }

@@ -59,6 +59,9 @@ struct Shared {
     planned_wake: Mutex<Option<Instant>>,
     /// When `renew_all_now` last scheduled every hold.
     renewed_all: Mutex<Option<Instant>>,
+    /// Counts those passes: a batch in flight while one was asked for may carry answers from
+    /// before the change that asked (a primary replaced meanwhile), so its holds go again.
+    renew_all_asked: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -156,6 +159,16 @@ impl Watchdog {
     /// instead of at their next scheduled renewal.
     /// False when a pass ran within the last `RENEW_ALL_GAP` and this call did nothing.
     pub(crate) fn renew_all_now(&self) -> bool {
+        self.renew_all(false)
+    }
+
+    /// [`Watchdog::renew_all_now`] even if a pass ran within the gap: the client has just
+    /// switched to a new primary, and a pass a moment ago asked the old one.
+    pub(crate) fn renew_all_on_new_primary(&self) {
+        self.renew_all(true);
+    }
+
+    fn renew_all(&self, even_within_gap: bool) -> bool {
         let now = Instant::now();
         {
             // At most one pass per RENEW_ALL_GAP: a burst of failing commands asks once.
@@ -164,11 +177,14 @@ impl Watchdog {
                 .renewed_all
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            if last.is_some_and(|t| now < t + RENEW_ALL_GAP) {
+            if !even_within_gap && last.is_some_and(|t| now < t + RENEW_ALL_GAP) {
                 return false;
             }
             *last = Some(now);
         }
+        self.shared
+            .renew_all_asked
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let mut any = false;
         for e in self.shared.entries().values_mut().filter(|e| e.active) {
             e.due = now;
@@ -208,10 +224,11 @@ async fn run(shared: Weak<Shared>, pool: Arc<Pool>, sync: Arc<SyncConn>, url: St
         // Every call carries its own bound (see `call_bound`), so a node that hangs costs only
         // its own holds a retry; this outer bound only guards against a bug.
         let outer = batch.iter().map(|h| h.lease / 3).max().unwrap_or_default() + SLOT_MAP_BOUND;
+        let asked = s.renew_all_asked.load(std::sync::atomic::Ordering::Acquire);
         let results = tokio::time::timeout(outer, renew(&mut pool.background(), &sync, &batch))
             .await
             .unwrap_or_else(|_| vec![None; batch.len()]);
-        let gone = apply(&s, &batch, results, now, &url);
+        let gone = apply(&s, &batch, results, (now, asked), &url);
         if !gone.is_empty() {
             let limit = batch.iter().map(|h| h.lease / 3).min().unwrap_or_default();
             let _ = tokio::time::timeout(limit, announce_gone(&mut pool.background(), gone)).await;
@@ -499,12 +516,13 @@ fn apply(
     s: &Shared,
     batch: &[Arc<Hold>],
     results: Vec<Option<bool>>,
-    sent_at: Instant,
+    (sent_at, asked): (Instant, u64),
     url: &str,
 ) -> Vec<String> {
     let mut gone = Vec::new();
     let mut entries = s.entries();
     let now = Instant::now();
+    let again = s.renew_all_asked.load(std::sync::atomic::Ordering::Acquire) != asked;
     for (hold, result) in batch.iter().zip(results) {
         // Released while the renewal was in flight: the release decided, not us.
         let Some(e) = entries.get_mut(&hold.id) else {
@@ -515,7 +533,7 @@ fn apply(
                 // Valid from the send, not the reply: Redis may have set the new expiry the
                 // instant the request arrived.
                 hold.confirm(sent_at);
-                e.due = sent_at + hold.lease / 3;
+                e.due = if again { now } else { sent_at + hold.lease / 3 };
             }
             Some(false) => {
                 hold.mark_lost("watchdog found the lock gone or owned by someone else");
@@ -530,7 +548,11 @@ fn apply(
             }
             None => {
                 // Try again soon: every failed round trip brings the validity deadline closer.
-                e.due = now + (hold.lease / 30).clamp(MIN_RETRY, Duration::from_millis(500));
+                e.due = if again {
+                    now
+                } else {
+                    now + (hold.lease / 30).clamp(MIN_RETRY, Duration::from_millis(500))
+                };
             }
         }
     }

@@ -121,7 +121,27 @@ impl RedisSentinel {
         if let Some(primary) = self.data.iter_mut().find(|s| s.port() == old) {
             primary.kill();
         }
-        let what = format!("the sentinels promoting a replica of 127.0.0.1:{old} (killed)");
+        self.promoted_after(old, "killed")
+    }
+
+    /// Waits until every running sentinel names a primary other than `old_master_url` and that
+    /// node answers ROLE as master, and returns its URL: a failover the test caused some other
+    /// way (the primary SIGSTOPped past `down-after-milliseconds`, `SENTINEL FAILOVER`). The
+    /// old primary is left as it is: a paused one wakes up still calling itself master until
+    /// the sentinels reconfigure it. Bounded (30 s).
+    pub fn wait_for_new_master(&self, old_master_url: &str) -> io::Result<String> {
+        let old = old_master_url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.trim_end_matches('/').parse().ok())
+            .ok_or_else(|| io::Error::other(format!("no port in {old_master_url:?}")))?;
+        self.promoted_after(old, "replaced")
+    }
+
+    /// The new primary's URL once every running sentinel names one other than `old` and it
+    /// answers ROLE as master.
+    fn promoted_after(&self, old: u16, how: &str) -> io::Result<String> {
+        let what = format!("the sentinels promoting a replica of 127.0.0.1:{old} ({how})");
         let port = wait_until(
             &what,
             SETTLE_TIMEOUT,
