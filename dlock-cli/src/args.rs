@@ -38,7 +38,12 @@ pub struct Target {
     pub url: Option<String>,
 
     /// A Redis Cluster, by seed node URLs (comma-separated); every master is searched.
-    #[arg(long, global = true, value_delimiter = ',', conflicts_with = "sentinel")]
+    #[arg(
+        long,
+        global = true,
+        value_delimiter = ',',
+        conflicts_with = "sentinel"
+    )]
     pub cluster: Vec<String>,
 
     /// A Sentinel-managed primary, by sentinel URLs (comma-separated); needs --master.
@@ -54,7 +59,12 @@ pub struct Target {
     pub master_user: Option<String>,
 
     /// The primary's password (Sentinel only).
-    #[arg(long, global = true, env = "DLOCK_MASTER_PASSWORD", hide_env_values = true)]
+    #[arg(
+        long,
+        global = true,
+        env = "DLOCK_MASTER_PASSWORD",
+        hide_env_values = true
+    )]
     pub master_password: Option<String>,
 
     /// PEM root certificate(s) to trust for `rediss://` instead of the system's.

@@ -15,8 +15,8 @@ use dlock_runtime::redis::aio::{ConnectionLike, MultiplexedConnection};
 use dlock_runtime::redis::cluster::ClusterClientBuilder;
 use dlock_runtime::redis::cluster_async::ClusterConnection;
 use dlock_runtime::redis::{
-    self, AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo,
-    Pipeline, RedisConnectionInfo, RedisFuture, TlsCertificates, Value,
+    self, AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline,
+    RedisConnectionInfo, RedisFuture, TlsCertificates, Value,
 };
 
 use crate::args::Target;
@@ -180,7 +180,9 @@ async fn open_cluster(seeds: &[String], opener: &Opener) -> Result<Deployment, S
         .map_err(|e| format!("bad --cluster {shown}: {e}"))?;
     let (mut masters, mut others) = (Vec::new(), Vec::new());
     for n in cluster_nodes::parse(&text) {
-        let info = template.clone().set_addr(with_host(template.addr(), &n.host, n.port));
+        let info = template
+            .clone()
+            .set_addr(with_host(template.addr(), &n.host, n.port));
         let shown_node = format!("cluster node {}:{}", n.host, n.port);
         if n.master {
             masters.push(opener.node(info, &shown_node).await?);
@@ -188,12 +190,16 @@ async fn open_cluster(seeds: &[String], opener: &Opener) -> Result<Deployment, S
             match opener.node(info, &shown_node).await {
                 Ok(node) => others.push(node),
                 // A replica that is down holds no subscriber either: say so, go on.
-                Err(e) => eprintln!("dlock: warning: {e} (waiters subscribed there are not counted)"),
+                Err(e) => {
+                    eprintln!("dlock: warning: {e} (waiters subscribed there are not counted)")
+                }
             }
         }
     }
     if masters.is_empty() {
-        return Err(format!("CLUSTER NODES on {shown} named no reachable master"));
+        return Err(format!(
+            "CLUSTER NODES on {shown} named no reachable master"
+        ));
     }
     let subscribers_on = masters
         .iter()
@@ -264,7 +270,8 @@ async fn open_sentinel(target: &Target, opener: &Opener) -> Result<Deployment, S
             Err(e) => last = format!("sentinel {shown}: {e}"),
         }
     }
-    let (host, port) = found.ok_or_else(|| format!("no primary found through {sentinels}: {last}"))?;
+    let (host, port) =
+        found.ok_or_else(|| format!("no primary found through {sentinels}: {last}"))?;
     // As the client does: TLS to the primary when a CA is given, credentials from --master-*.
     let scheme = if opener.tls_root.is_some() {
         "rediss"

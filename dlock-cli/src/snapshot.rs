@@ -86,9 +86,8 @@ impl LockView {
 
 /// Reads the lock of `layout` (waiters not counted: see [`count_waiting`]).
 pub async fn read(conn: &mut Keyed, layout: &Layout) -> Result<LockView, String> {
-    let failed = |e: &dyn std::fmt::Display| {
-        format!("reading {} lock `{}`: {e}", layout.kind, layout.name)
-    };
+    let failed =
+        |e: &dyn std::fmt::Display| format!("reading {} lock `{}`: {e}", layout.kind, layout.name);
     let mut view = LockView {
         name: layout.name.clone(),
         kind: layout.kind.as_str(),
@@ -105,7 +104,11 @@ pub async fn read(conn: &mut Keyed, layout: &Layout) -> Result<LockView, String>
     let mut pipe = redis::pipe();
     match layout.kind {
         Kind::Semaphore => {
-            pipe.cmd("ZRANGE").arg(&layout.key).arg(0).arg(-1).arg("WITHSCORES");
+            pipe.cmd("ZRANGE")
+                .arg(&layout.key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES");
             pipe.cmd("GET").arg(layout.permits.as_deref());
         }
         _ => {
@@ -115,7 +118,11 @@ pub async fn read(conn: &mut Keyed, layout: &Layout) -> Result<LockView, String>
     pipe.cmd("PTTL").arg(&layout.key);
     pipe.cmd("TIME");
     if let Some(readers) = &layout.readers {
-        pipe.cmd("ZRANGE").arg(readers).arg(0).arg(-1).arg("WITHSCORES");
+        pipe.cmd("ZRANGE")
+            .arg(readers)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES");
         pipe.cmd("GET").arg(layout.writer_waiting.as_deref());
     }
     if let Some(queue) = &layout.queue {
@@ -288,9 +295,18 @@ mod tests {
 
     #[test]
     fn a_read_write_hash_reads_as_mode_and_sided_holders() {
-        let fields = pairs(&[("mode", "read"), ("r:b:1", "2"), ("r:a:1", "1"), ("r:c:9", "1")]);
+        let fields = pairs(&[
+            ("mode", "read"),
+            ("r:b:1", "2"),
+            ("r:a:1", "1"),
+            ("r:c:9", "1"),
+        ]);
         // c's lease ran out 5 ms ago: gone, although no script pruned it yet.
-        let readers = vec![("a:1".to_owned(), 2_000.0), ("b:1".into(), 1_500.0), ("c:9".into(), 995.0)];
+        let readers = vec![
+            ("a:1".to_owned(), 2_000.0),
+            ("b:1".into(), 1_500.0),
+            ("c:9".into(), 995.0),
+        ];
         let (mode, holders) = rw_holders(&fields, &readers, 1_000);
         assert_eq!(mode.as_deref(), Some("read"));
         let got: Vec<_> = holders
@@ -299,7 +315,10 @@ mod tests {
             .collect();
         assert_eq!(
             got,
-            vec![("a:1", 1, Some("read"), Some(1_000)), ("b:1", 2, Some("read"), Some(500))]
+            vec![
+                ("a:1", 1, Some("read"), Some(1_000)),
+                ("b:1", 2, Some("read"), Some(500))
+            ]
         );
         let (mode, holders) = rw_holders(&pairs(&[("mode", "write"), ("w:x:3", "1")]), &[], 0);
         assert_eq!(mode.as_deref(), Some("write"));
@@ -308,9 +327,16 @@ mod tests {
 
     #[test]
     fn only_live_permits_count() {
-        let entries = vec![("b:2".to_owned(), 31_000.0), ("a:1".into(), 900.0), ("c:3".into(), 5_000.0)];
+        let entries = vec![
+            ("b:2".to_owned(), 31_000.0),
+            ("a:1".into(), 900.0),
+            ("c:3".into(), 5_000.0),
+        ];
         let holders = permit_holders(&entries, 1_000);
-        let owners: Vec<_> = holders.iter().map(|h| (h.owner.as_str(), h.ttl_ms)).collect();
+        let owners: Vec<_> = holders
+            .iter()
+            .map(|h| (h.owner.as_str(), h.ttl_ms))
+            .collect();
         assert_eq!(owners, vec![("b:2", Some(30_000)), ("c:3", Some(4_000))]);
     }
 

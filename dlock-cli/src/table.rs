@@ -34,7 +34,9 @@ pub fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
 
 /// `list`: one row per lock.
 pub fn list(views: &[LockView]) -> String {
-    let headers = ["NAME", "KIND", "HOLDERS", "TTL", "WAITING", "QUEUE", "PERMITS"];
+    let headers = [
+        "NAME", "KIND", "HOLDERS", "TTL", "WAITING", "QUEUE", "PERMITS",
+    ];
     let rows: Vec<Vec<String>> = views
         .iter()
         .map(|v| {
@@ -146,7 +148,9 @@ pub fn holder_cell(h: &Holder) -> String {
 /// enough to tell clients apart in a table (`show` and `--json` give it whole).
 pub fn short_owner(owner: &str) -> String {
     match owner.split_once(':') {
-        Some((client, seq)) if client.len() == 32 && client.bytes().all(|b| b.is_ascii_hexdigit()) => {
+        Some((client, seq))
+            if client.len() == 32 && client.bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
             format!("{}…:{seq}", &client[..8])
         }
         _ => owner.to_owned(),
@@ -197,7 +201,10 @@ mod tests {
     fn columns_line_up_and_lines_end_without_blanks() {
         let out = render(
             &["A", "BB"],
-            &[vec!["long cell".into(), "x".into()], vec!["é".into(), "".into()]],
+            &[
+                vec!["long cell".into(), "x".into()],
+                vec!["é".into(), "".into()],
+            ],
         );
         assert_eq!(out, "A          BB\nlong cell  x\né\n");
     }
@@ -211,7 +218,10 @@ mod tests {
         plain.waiting = Some(1);
         let mut sem = view("exports", "semaphore");
         sem.holders = (1..=5).map(|i| holder(i, 1, None)).collect();
-        sem.permits = Some(Permits { used: 5, total: Some(8) });
+        sem.permits = Some(Permits {
+            used: 5,
+            total: Some(8),
+        });
         let mut fair = view("report", "fair");
         fair.queue = Some(vec![format!("{CLIENT}:3")]);
         let mut rw = view("prices", "rw");
@@ -243,9 +253,15 @@ prices   rw         r 01234567…:1, r 01234567…:2                    -      0
             ..holder(1, 1, None)
         }];
         v.pttl_ms = Some(4_000);
-        v.permits = Some(Permits { used: 1, total: Some(3) });
+        v.permits = Some(Permits {
+            used: 1,
+            total: Some(3),
+        });
         let out = detail(&v);
-        assert!(out.contains(&format!("{CLIENT}:1  1      -     4.0s")), "{out}");
+        assert!(
+            out.contains(&format!("{CLIENT}:1  1      -     4.0s")),
+            "{out}"
+        );
         assert!(out.contains("permits  1 used of 3\n"), "{out}");
         assert!(out.starts_with("lock     exports\n"), "{out}");
     }

@@ -40,7 +40,11 @@ pub async fn run(
         [one] => *one,
         [] => {
             if json {
-                output::json(&Unlocked { name, kind: kind.map(|k| Kind::from(k).as_str()), unlocked: false });
+                output::json(&Unlocked {
+                    name,
+                    kind: kind.map(|k| Kind::from(k).as_str()),
+                    unlocked: false,
+                });
             } else {
                 eprintln!("`{name}` is not held; nothing to unlock");
             }
@@ -63,7 +67,11 @@ pub async fn run(
     client.shutdown().await;
     let unlocked = result.map_err(|e| e.to_string())?;
     if json {
-        output::json(&Unlocked { name, kind: Some(view.kind), unlocked });
+        output::json(&Unlocked {
+            name,
+            kind: Some(view.kind),
+            unlocked,
+        });
     } else if unlocked {
         output::text(&format!(
             "unlocked {} lock `{name}`; waiters were woken, and its holders find it lost at \
@@ -85,7 +93,10 @@ fn confirm(detail: &str, name: &str, kind: &str) -> Result<bool, String> {
         .lock()
         .read_line(&mut answer)
         .map_err(|e| format!("reading the confirmation: {e}"))?;
-    Ok(matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes"))
+    Ok(matches!(
+        answer.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
 }
 
 /// A lock client for the same deployment, as an application would build it.

@@ -62,7 +62,11 @@ pub async fn run(
                     view: &view,
                 });
             } else {
-                output::text(&format!("+{:.3}s  {}\n", elapsed.as_secs_f64(), line(&view)));
+                output::text(&format!(
+                    "+{:.3}s  {}\n",
+                    elapsed.as_secs_f64(),
+                    line(&view)
+                ));
             }
             last = Some(holders);
             printed += 1;

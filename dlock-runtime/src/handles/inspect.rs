@@ -271,7 +271,10 @@ mod tests {
                 for (key, part) in parts {
                     let Some(key) = key else { continue };
                     let info = parse_key("dlock:", &key).expect(&key);
-                    assert_eq!((info.name.as_str(), info.kind, info.part), (name, kind, part));
+                    assert_eq!(
+                        (info.name.as_str(), info.kind, info.part),
+                        (name, kind, part)
+                    );
                 }
             }
         }
@@ -289,7 +292,10 @@ mod tests {
         assert_eq!(s.permits.as_deref(), Some("p:{n}:sem:permits"));
         assert_eq!(s.fence, None);
         let f = Layout::new("p:", Kind::Fair, "n");
-        assert_eq!(f.grant_channel("o:1").as_deref(), Some("p:{n}:fair:grant:o:1"));
+        assert_eq!(
+            f.grant_channel("o:1").as_deref(),
+            Some("p:{n}:fair:grant:o:1")
+        );
         assert_eq!(Layout::new("p:", Kind::Plain, "n").key, "p:{n}");
     }
 
