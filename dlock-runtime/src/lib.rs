@@ -283,6 +283,7 @@ pub use handles::current::{current_lock, CurrentLock};
 pub use handles::default_client::shutdown;
 pub use handles::fence;
 pub use handles::guard::LockGuard;
+pub use handles::inspect;
 pub use handles::lock::Lock;
 pub use handles::multi::{MultiGuard, MultiLock};
 pub use handles::rwlock::ReadWriteLock;

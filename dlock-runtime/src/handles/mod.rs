@@ -9,6 +9,7 @@ pub(crate) mod current;
 pub(crate) mod default_client;
 pub mod fence;
 pub(crate) mod guard;
+pub mod inspect;
 pub(crate) mod lock;
 pub(crate) mod multi;
 pub(crate) mod rwlock;

@@ -1,0 +1,349 @@
+//! One lock's state as Redis has it now: holders, lease, queue, permits, waiters.
+//!
+//! Every kind keeps its keys in one hash tag, so one pipeline on the node serving it reads a
+//! lock whole. Deadlines of semaphore permits and of readers are Redis server time, so they
+//! are judged against the server's `TIME` read in the same pipeline, never this machine's clock.
+
+use std::collections::HashMap;
+
+use dlock_runtime::inspect::{Kind, Layout};
+use dlock_runtime::redis::{self, Value};
+use serde::Serialize;
+
+use crate::deployment::{Deployment, Keyed};
+
+/// What `list`, `show` and `watch` print, and `--json` gives scripts.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct LockView {
+    pub name: String,
+    /// `plain`, `rw`, `fair` or `semaphore`.
+    pub kind: &'static str,
+    /// The main key (the holders).
+    pub key: String,
+    pub held: bool,
+    /// Sorted by owner id.
+    pub holders: Vec<Holder>,
+    /// The main key's PTTL: `None` when it does not exist, -1 without expiry.
+    pub pttl_ms: Option<i64>,
+    /// Clients subscribed to be woken: on the lock's release channel, or for a fair lock on
+    /// its queued owners' grant channels. One per waiting *client*, however many of its tasks
+    /// wait (they queue locally). `None` when not counted (`watch`).
+    pub waiting: Option<u64>,
+    /// Read-write lock: `read` or `write`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Read-write lock: the owner of a refused writer that keeps new readers out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub writer_waiting: Option<String>,
+    /// Fair lock: the queued owners, first in line first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<Vec<String>>,
+    /// Semaphore: permits held now, of the count its clients use.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permits: Option<Permits>,
+}
+
+#[derive(Serialize, Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Holder {
+    /// `<client id>:<sequence>`: the client id is the holder's `LockClient::client_id`.
+    pub owner: String,
+    /// Hold count (re-entries); 1 for a permit.
+    pub count: i64,
+    /// Read-write lock: `read` or `write`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub side: Option<&'static str>,
+    /// Semaphore permits and readers: their own lease left, in ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<i64>,
+}
+
+#[derive(Serialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Permits {
+    pub used: u64,
+    /// `None` if the count key is gone (no live permit).
+    pub total: Option<u64>,
+}
+
+impl LockView {
+    /// Anything to show: held, or somebody queued or claiming to be next.
+    pub fn in_use(&self) -> bool {
+        self.held
+            || self.queue.as_ref().is_some_and(|q| !q.is_empty())
+            || self.writer_waiting.is_some()
+    }
+
+    /// The channels a waiter of this lock listens on.
+    pub fn wait_channels(&self, layout: &Layout) -> Vec<String> {
+        match &self.queue {
+            Some(queue) => queue
+                .iter()
+                .filter_map(|o| layout.grant_channel(o))
+                .collect(),
+            None => vec![layout.channel.clone()],
+        }
+    }
+}
+
+/// Reads the lock of `layout` (waiters not counted: see [`count_waiting`]).
+pub async fn read(conn: &mut Keyed, layout: &Layout) -> Result<LockView, String> {
+    let failed =
+        |e: &dyn std::fmt::Display| format!("reading {} lock `{}`: {e}", layout.kind, layout.name);
+    let mut view = LockView {
+        name: layout.name.clone(),
+        kind: layout.kind.as_str(),
+        key: layout.key.clone(),
+        held: false,
+        holders: Vec::new(),
+        pttl_ms: None,
+        waiting: None,
+        mode: None,
+        writer_waiting: None,
+        queue: None,
+        permits: None,
+    };
+    let mut pipe = redis::pipe();
+    match layout.kind {
+        Kind::Semaphore => {
+            pipe.cmd("ZRANGE")
+                .arg(&layout.key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES");
+            pipe.cmd("GET").arg(layout.permits.as_deref());
+        }
+        _ => {
+            pipe.cmd("HGETALL").arg(&layout.key);
+        }
+    }
+    pipe.cmd("PTTL").arg(&layout.key);
+    pipe.cmd("TIME");
+    if let Some(readers) = &layout.readers {
+        pipe.cmd("ZRANGE")
+            .arg(readers)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES");
+        pipe.cmd("GET").arg(layout.writer_waiting.as_deref());
+    }
+    if let Some(queue) = &layout.queue {
+        pipe.cmd("ZRANGE").arg(queue).arg(0).arg(-1);
+    }
+    let replies: Vec<Value> = pipe.query_async(conn).await.map_err(|e| failed(&e))?;
+    let mut replies = replies.into_iter();
+    let mut next = || replies.next().unwrap_or(Value::Nil);
+    let first = next();
+    let permit_count: Option<String> = if layout.kind == Kind::Semaphore {
+        from(next()).map_err(|e| failed(&e))?
+    } else {
+        None
+    };
+    let pttl: i64 = from(next()).map_err(|e| failed(&e))?;
+    view.pttl_ms = (pttl != -2).then_some(pttl);
+    let (secs, micros): (i64, i64) = from(next()).map_err(|e| failed(&e))?;
+    let now_ms = secs * 1_000 + micros / 1_000;
+    match layout.kind {
+        Kind::Semaphore => {
+            let entries: Vec<(String, f64)> = from(first).map_err(|e| failed(&e))?;
+            view.holders = permit_holders(&entries, now_ms);
+            view.permits = Some(Permits {
+                used: view.holders.len() as u64,
+                total: permit_count.and_then(|c| c.parse().ok()),
+            });
+        }
+        Kind::ReadWrite => {
+            let fields: Vec<(String, String)> = from(first).map_err(|e| failed(&e))?;
+            let readers: Vec<(String, f64)> = from(next()).map_err(|e| failed(&e))?;
+            let (mode, holders) = rw_holders(&fields, &readers, now_ms);
+            (view.mode, view.holders) = (mode, holders);
+            view.writer_waiting = from(next()).map_err(|e| failed(&e))?;
+        }
+        _ => {
+            let fields: Vec<(String, String)> = from(first).map_err(|e| failed(&e))?;
+            view.holders = count_holders(&fields);
+        }
+    }
+    if layout.queue.is_some() {
+        view.queue = Some(from(next()).map_err(|e| failed(&e))?);
+    }
+    view.held = !view.holders.is_empty();
+    Ok(view)
+}
+
+fn from<T: redis::FromRedisValue>(v: Value) -> Result<T, impl std::fmt::Display> {
+    redis::from_redis_value(v)
+}
+
+/// A plain or fair lock's hash: owner -> count.
+fn count_holders(fields: &[(String, String)]) -> Vec<Holder> {
+    let mut holders: Vec<Holder> = fields
+        .iter()
+        .map(|(owner, count)| Holder {
+            owner: owner.clone(),
+            count: count.parse().unwrap_or(0),
+            side: None,
+            ttl_ms: None,
+        })
+        .collect();
+    holders.sort();
+    holders
+}
+
+/// A read-write lock's hash (`mode`, `w:<owner>`, `r:<owner>` -> count) and reader deadlines:
+/// the mode and the holders. A reader past its deadline is gone (the next script prunes it).
+fn rw_holders(
+    fields: &[(String, String)],
+    readers: &[(String, f64)],
+    now_ms: i64,
+) -> (Option<String>, Vec<Holder>) {
+    let deadlines: HashMap<&str, f64> = readers.iter().map(|(o, d)| (o.as_str(), *d)).collect();
+    let mut mode = None;
+    let mut holders = Vec::new();
+    for (field, value) in fields {
+        let (side, owner) = match field.split_once(':') {
+            Some(("w", owner)) => ("write", owner),
+            Some(("r", owner)) => ("read", owner),
+            _ => {
+                if field == "mode" {
+                    mode = Some(value.clone());
+                }
+                continue;
+            }
+        };
+        let ttl_ms = (side == "read")
+            .then(|| deadlines.get(owner).map(|d| *d as i64 - now_ms))
+            .flatten();
+        if ttl_ms.is_some_and(|t| t <= 0) {
+            continue;
+        }
+        holders.push(Holder {
+            owner: owner.to_owned(),
+            count: value.parse().unwrap_or(0),
+            side: Some(side),
+            ttl_ms,
+        });
+    }
+    holders.sort();
+    (mode, holders)
+}
+
+/// A semaphore's zset (owner -> deadline, server ms): the permits still live.
+fn permit_holders(entries: &[(String, f64)], now_ms: i64) -> Vec<Holder> {
+    let mut holders: Vec<Holder> = entries
+        .iter()
+        .filter(|(_, deadline)| *deadline as i64 > now_ms)
+        .map(|(owner, deadline)| Holder {
+            owner: owner.clone(),
+            count: 1,
+            side: None,
+            ttl_ms: Some(*deadline as i64 - now_ms),
+        })
+        .collect();
+    holders.sort();
+    holders
+}
+
+/// Fills in `waiting` for each view: PUBSUB NUMSUB of its channels on every node a waiter may
+/// be subscribed on, added up (a subscription lives on one node only).
+pub async fn count_waiting(
+    dep: &mut Deployment,
+    views: &mut [(Layout, LockView)],
+) -> Result<(), String> {
+    let channels: Vec<String> = views
+        .iter()
+        .flat_map(|(layout, view)| view.wait_channels(layout))
+        .collect();
+    let mut counts: HashMap<String, u64> = HashMap::new();
+    for node in &mut dep.subscribers_on {
+        // Bounded argument lists: a long listing costs a few round trips per node, not one
+        // huge command.
+        for chunk in channels.chunks(256) {
+            if chunk.is_empty() {
+                continue;
+            }
+            let reply: Vec<(String, u64)> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(chunk)
+                .query_async(&mut node.conn)
+                .await
+                .map_err(|e| format!("PUBSUB NUMSUB on {}: {e}", node.addr))?;
+            for (channel, n) in reply {
+                *counts.entry(channel).or_default() += n;
+            }
+        }
+    }
+    for (layout, view) in views.iter_mut() {
+        let n = view
+            .wait_channels(layout)
+            .iter()
+            .map(|c| counts.get(c).copied().unwrap_or(0))
+            .sum();
+        view.waiting = Some(n);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
+        items
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_read_write_hash_reads_as_mode_and_sided_holders() {
+        let fields = pairs(&[
+            ("mode", "read"),
+            ("r:b:1", "2"),
+            ("r:a:1", "1"),
+            ("r:c:9", "1"),
+        ]);
+        // c's lease ran out 5 ms ago: gone, although no script pruned it yet.
+        let readers = vec![
+            ("a:1".to_owned(), 2_000.0),
+            ("b:1".into(), 1_500.0),
+            ("c:9".into(), 995.0),
+        ];
+        let (mode, holders) = rw_holders(&fields, &readers, 1_000);
+        assert_eq!(mode.as_deref(), Some("read"));
+        let got: Vec<_> = holders
+            .iter()
+            .map(|h| (h.owner.as_str(), h.count, h.side, h.ttl_ms))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("a:1", 1, Some("read"), Some(1_000)),
+                ("b:1", 2, Some("read"), Some(500))
+            ]
+        );
+        let (mode, holders) = rw_holders(&pairs(&[("mode", "write"), ("w:x:3", "1")]), &[], 0);
+        assert_eq!(mode.as_deref(), Some("write"));
+        assert_eq!((holders[0].side, holders[0].ttl_ms), (Some("write"), None));
+    }
+
+    #[test]
+    fn only_live_permits_count() {
+        let entries = vec![
+            ("b:2".to_owned(), 31_000.0),
+            ("a:1".into(), 900.0),
+            ("c:3".into(), 5_000.0),
+        ];
+        let holders = permit_holders(&entries, 1_000);
+        let owners: Vec<_> = holders
+            .iter()
+            .map(|h| (h.owner.as_str(), h.ttl_ms))
+            .collect();
+        assert_eq!(owners, vec![("b:2", Some(30_000)), ("c:3", Some(4_000))]);
+    }
+
+    #[test]
+    fn plain_holders_sort_by_owner() {
+        let holders = count_holders(&pairs(&[("z:1", "1"), ("a:7", "3")]));
+        assert_eq!(holders[0].owner, "a:7");
+        assert_eq!(holders[0].count, 3);
+    }
+}

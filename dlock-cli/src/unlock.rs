@@ -1,0 +1,130 @@
+//! `unlock NAME --force`: the library's force unlock, after a confirmation.
+//!
+//! The deletion goes through the runtime (`dlock_runtime::inspect::force_unlock`), so it is
+//! exactly the kind's own force-unlock script: the keys go in one step and the script
+//! publishes on the lock's channel, which wakes the waiters. Re-implementing it here could
+//! drift from the scripts the clients run.
+
+use std::io::BufRead;
+
+use dlock_runtime::inspect::{self, Kind};
+use dlock_runtime::{LockClient, LockClientBuilder};
+use serde::Serialize;
+
+use crate::args::{KindArg, Target};
+use crate::deployment::Deployment;
+use crate::{list, output, table};
+
+/// What `--json` prints.
+#[derive(Serialize)]
+struct Unlocked<'a> {
+    name: &'a str,
+    kind: Option<&'static str>,
+    /// Whether the lock was held when the script deleted it.
+    unlocked: bool,
+}
+
+/// Whether the user confirmed (or `--yes`): `false` when they declined.
+pub async fn run(
+    target: &Target,
+    prefix: &str,
+    json: bool,
+    name: &str,
+    kind: Option<KindArg>,
+    yes: bool,
+) -> Result<bool, String> {
+    let mut dep = Deployment::open(target).await?;
+    let views = list::read_kinds(&mut dep, prefix, name, kind).await?;
+    let held: Vec<_> = views.iter().filter(|(_, v)| v.held).collect();
+    let (layout, view) = match held.as_slice() {
+        [one] => *one,
+        [] => {
+            if json {
+                output::json(&Unlocked {
+                    name,
+                    kind: kind.map(|k| Kind::from(k).as_str()),
+                    unlocked: false,
+                });
+            } else {
+                eprintln!("`{name}` is not held; nothing to unlock");
+            }
+            return Ok(true);
+        }
+        several => {
+            let kinds: Vec<&str> = several.iter().map(|(_, v)| v.kind).collect();
+            return Err(format!(
+                "`{name}` is held as several kinds of lock ({}); pick one with --kind",
+                kinds.join(", ")
+            ));
+        }
+    };
+    if !yes && !confirm(&table::detail(view), name, view.kind)? {
+        eprintln!("not unlocked");
+        return Ok(false);
+    }
+    let client = connect(target, prefix).await?;
+    let result = inspect::force_unlock(&client, layout.kind, name).await;
+    client.shutdown().await;
+    let unlocked = result.map_err(|e| e.to_string())?;
+    if json {
+        output::json(&Unlocked {
+            name,
+            kind: Some(view.kind),
+            unlocked,
+        });
+    } else if unlocked {
+        output::text(&format!(
+            "unlocked {} lock `{name}`; waiters were woken, and its holders find it lost at \
+             their next renewal\n",
+            view.kind
+        ));
+    } else {
+        output::text(&format!("`{name}` was freed meanwhile; nothing deleted\n"));
+    }
+    Ok(true)
+}
+
+/// Shows what is about to go and reads a yes on stdin (the prompt goes to stderr, so
+/// `--json` output stays clean).
+fn confirm(detail: &str, name: &str, kind: &str) -> Result<bool, String> {
+    eprint!("{detail}\nForce-unlock the {kind} lock `{name}`? Its holders lose it while they may still be working. [y/N] ");
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| format!("reading the confirmation: {e}"))?;
+    Ok(matches!(
+        answer.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
+}
+
+/// A lock client for the same deployment, as an application would build it.
+async fn connect(target: &Target, prefix: &str) -> Result<LockClient, String> {
+    let mut builder: LockClientBuilder = if !target.cluster.is_empty() {
+        LockClient::cluster_builder(target.cluster.iter().cloned())
+    } else if !target.sentinel.is_empty() {
+        let b = LockClient::sentinel_builder(
+            target.sentinel.iter().cloned(),
+            target.master.clone().unwrap_or_default(),
+        );
+        match &target.master_password {
+            Some(pw) => b.master_auth(target.master_user.as_deref(), pw),
+            None => b,
+        }
+    } else {
+        LockClient::builder(target.single_url())
+    };
+    if let Some(path) = &target.tls_ca {
+        let pem = std::fs::read(path)
+            .map_err(|e| format!("cannot read --tls-ca {}: {e}", path.display()))?;
+        builder = builder.tls_root_certificates(pem);
+    }
+    builder
+        .key_prefix(prefix)
+        .response_timeout(target.timeout)
+        .connect_timeout(target.timeout)
+        .build()
+        .await
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,320 @@
+//! What each kind of lock keeps in Redis, for tools that read it (the `dlock` inspector of
+//! the `dlock-redis-cli` package): which keys belong to a lock, how a key found by `SCAN`
+//! reads back as a lock name and kind, and a force-unlock by kind.
+//!
+//! ```
+//! # extern crate dlock_runtime as dlock;
+//! use dlock::inspect::{parse_key, Kind, Layout, Part};
+//!
+//! let layout = Layout::new("dlock:", Kind::Fair, "order:{42}");
+//! assert_eq!(layout.key, "dlock:{order:%7B42%7D}:fair");
+//! let found = parse_key("dlock:", layout.queue.as_deref().unwrap()).unwrap();
+//! assert_eq!((found.name.as_str(), found.kind, found.part), ("order:{42}", Kind::Fair, Part::Queue));
+//! ```
+//!
+//! # Keys per kind
+//!
+//! `<prefix>{<name, %-escaped>}` followed by the kind's suffix is the lock's main key; the
+//! others add one more suffix to it. All share one hash tag, so one cluster slot.
+//!
+//! | kind | main key | type | beside it |
+//! |---|---|---|---|
+//! | plain | `…{n}` | hash owner -> hold count, PTTL = lease | `:fence`, `:latch:*`, channel `:chan` |
+//! | read-write | `…{n}:rw` | hash `mode`, `w:<owner>`, `r:<owner>` -> count | `:readers` (zset owner -> deadline, server ms), `:wwait` (a waiting writer), `:fence`, `:latch:*`, `:chan` |
+//! | fair | `…{n}:fair` | hash owner -> hold count | `:queue` (zset owner -> arrival, server µs), `:alive` (zset owner -> keep-place deadline), `:fence`, `:latch:*`; waiters listen on `:grant:<owner>` |
+//! | semaphore | `…{n}:sem` | zset owner -> deadline (server ms) | `:permits` (the count), `:latch:*`, `:chan` |
+//!
+//! The main key exists exactly while somebody holds the lock (or, for a fair lock, while a
+//! grant waits for its new owner); a fair queue can outlive it for a moment.
+
+use std::sync::Arc;
+
+use crate::backend::names::LockKeys;
+use crate::error::LockError;
+use crate::handles::client::LockClient;
+use crate::handles::lock::Lock;
+use crate::kinds::{self, LockKind};
+
+/// A kind of lock, as far as its keys go (the read and write sides of one read-write lock
+/// share theirs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Kind {
+    /// [`LockClient::lock`] (and the locks of a multi-lock).
+    Plain,
+    /// [`LockClient::read_write_lock`].
+    ReadWrite,
+    /// [`LockClient::fair_lock`].
+    Fair,
+    /// [`LockClient::semaphore`].
+    Semaphore,
+}
+
+impl Kind {
+    /// Every kind, in the order tools list them.
+    pub const ALL: [Kind; 4] = [Kind::Plain, Kind::ReadWrite, Kind::Fair, Kind::Semaphore];
+
+    /// A short stable name: `plain`, `rw`, `fair`, `semaphore`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Plain => "plain",
+            Kind::ReadWrite => "rw",
+            Kind::Fair => "fair",
+            Kind::Semaphore => "semaphore",
+        }
+    }
+
+    /// The runtime's own description of the kind's keys (the write side stands for both
+    /// sides of a read-write lock; the semaphore's permit count plays no part in its keys).
+    fn seam(self) -> Arc<dyn LockKind> {
+        match self {
+            Kind::Plain => Arc::new(kinds::Plain),
+            Kind::ReadWrite => Arc::new(kinds::Write),
+            Kind::Fair => Arc::new(kinds::Fair),
+            Kind::Semaphore => Arc::new(kinds::Semaphore { permits: 1 }),
+        }
+    }
+
+    /// What follows the hash tag in the kind's main key (`:rw`; empty for the plain lock).
+    pub fn suffix(self) -> &'static str {
+        self.seam().key_suffix()
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which of a lock's keys a key is (see the table in the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Part {
+    /// The main key: the holders.
+    Holders,
+    /// The fencing counter.
+    Fence,
+    /// A release latch or re-entry marker (short-lived).
+    Latch,
+    /// A fair lock's queue.
+    Queue,
+    /// A fair lock's keep-place deadlines.
+    KeepAlive,
+    /// A read-write lock's reader leases.
+    Readers,
+    /// A read-write lock's waiting-writer marker.
+    WriterWaiting,
+    /// A semaphore's permit count.
+    Permits,
+}
+
+/// The Redis names of one lock of one kind. Fields a kind does not have are `None`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Layout {
+    /// The kind.
+    pub kind: Kind,
+    /// The lock's name, as users give it.
+    pub name: String,
+    /// The main key (the holders).
+    pub key: String,
+    /// Where releases are published (a fair lock's waiters listen on [`Layout::grant_channel`]
+    /// instead).
+    pub channel: String,
+    /// The fencing counter (no semaphore has one).
+    pub fence: Option<String>,
+    /// A fair lock's queue.
+    pub queue: Option<String>,
+    /// A fair lock's keep-place deadlines.
+    pub keep_alive: Option<String>,
+    /// A read-write lock's reader leases.
+    pub readers: Option<String>,
+    /// A read-write lock's waiting-writer marker.
+    pub writer_waiting: Option<String>,
+    /// A semaphore's permit count.
+    pub permits: Option<String>,
+}
+
+impl Layout {
+    /// The keys of the lock `name` of `kind` under the key `prefix` (the client's
+    /// `key_prefix`, [`DEFAULT_PREFIX`](crate::DEFAULT_PREFIX) unless changed).
+    pub fn new(prefix: &str, kind: Kind, name: &str) -> Self {
+        let keys = LockKeys::new(prefix, name, kind.suffix());
+        let beside = |on: bool, suffix: &str| on.then(|| format!("{}{suffix}", keys.key));
+        Layout {
+            kind,
+            name: name.to_owned(),
+            fence: (kind != Kind::Semaphore).then(|| keys.fence.clone()),
+            queue: beside(kind == Kind::Fair, ":queue"),
+            keep_alive: beside(kind == Kind::Fair, ":alive"),
+            readers: beside(kind == Kind::ReadWrite, ":readers"),
+            writer_waiting: beside(kind == Kind::ReadWrite, ":wwait"),
+            permits: beside(kind == Kind::Semaphore, ":permits"),
+            channel: keys.channel,
+            key: keys.key,
+        }
+    }
+
+    /// The channel a queued fair-lock waiter `owner` listens on (its grant); `None` for other
+    /// kinds.
+    pub fn grant_channel(&self, owner: &str) -> Option<String> {
+        (self.kind == Kind::Fair).then(|| format!("{}:grant:{owner}", self.key))
+    }
+}
+
+/// A Redis key read back as a part of a lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyInfo {
+    /// The lock's name, unescaped.
+    pub name: String,
+    /// Its kind.
+    pub kind: Kind,
+    /// Which of its keys this is.
+    pub part: Part,
+}
+
+/// Reads `key` back as a part of a lock under `prefix`; `None` for any key dlock's locks do
+/// not write (a segmented stock's keys, a fence store's, somebody else's).
+pub fn parse_key(prefix: &str, key: &str) -> Option<KeyInfo> {
+    let tagged = key.strip_prefix(prefix)?.strip_prefix('{')?;
+    // Names escape `}`, so the first one closes the tag.
+    let (escaped, rest) = tagged.split_once('}')?;
+    let name = unescape(escaped)?;
+    if name.is_empty() {
+        return None;
+    }
+    let (kind, rest) = [Kind::ReadWrite, Kind::Fair, Kind::Semaphore]
+        .into_iter()
+        .find_map(|k| {
+            let after = rest.strip_prefix(k.suffix())?;
+            (after.is_empty() || after.starts_with(':')).then_some((k, after))
+        })
+        .unwrap_or((Kind::Plain, rest));
+    let part = match (kind, rest) {
+        (_, "") => Part::Holders,
+        (_, ":fence") if kind != Kind::Semaphore => Part::Fence,
+        (_, latch) if latch.starts_with(":latch:") => Part::Latch,
+        (Kind::Fair, ":queue") => Part::Queue,
+        (Kind::Fair, ":alive") => Part::KeepAlive,
+        (Kind::ReadWrite, ":readers") => Part::Readers,
+        (Kind::ReadWrite, ":wwait") => Part::WriterWaiting,
+        (Kind::Semaphore, ":permits") => Part::Permits,
+        _ => return None,
+    };
+    Some(KeyInfo { name, kind, part })
+}
+
+/// The inverse of the escaping in `backend/names.rs` (`%`, `{`, `}` as `%XX`); `None` for
+/// text that escaping cannot have produced, so a foreign key is not mistaken for a lock.
+fn unescape(escaped: &str) -> Option<String> {
+    let mut out = String::with_capacity(escaped.len());
+    let mut rest = escaped;
+    while let Some(at) = rest.find(['%', '{']) {
+        if rest.as_bytes()[at] == b'{' {
+            return None;
+        }
+        out.push_str(&rest[..at]);
+        let c = match rest.get(at + 1..at + 3)? {
+            "25" => '%',
+            "7B" => '{',
+            "7D" => '}',
+            _ => return None,
+        };
+        out.push(c);
+        rest = &rest[at + 3..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+/// Deletes the lock `name` of `kind`, whoever holds it, and wakes its waiters, exactly as the
+/// kind's own handle does ([`Lock::force_unlock`]): `true` if it was held. A semaphore loses
+/// every permit at once.
+pub async fn force_unlock(client: &LockClient, kind: Kind, name: &str) -> Result<bool, LockError> {
+    Lock::of_kind(client.shared.clone(), name.to_owned(), kind.seam())
+        .force_unlock()
+        .await
+}
+
+/// `url` with its password (and a password in its query) replaced by `***`, as the client
+/// shows URLs in errors and logs.
+///
+/// ```
+/// # extern crate dlock_runtime as dlock;
+/// assert_eq!(dlock::inspect::redact_url("redis://u:pw@h:1"), "redis://u:***@h:1");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    crate::settings::redact(url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_of_every_kind_reads_back_as_its_lock() {
+        for kind in Kind::ALL {
+            for name in ["a", "order:{7}", "50%", "x}y", "héllo:wörld"] {
+                let l = Layout::new("dlock:", kind, name);
+                let parts = [
+                    (Some(l.key.clone()), Part::Holders),
+                    (l.fence.clone(), Part::Fence),
+                    (Some(format!("{}:latch:abc", l.key)), Part::Latch),
+                    (l.queue.clone(), Part::Queue),
+                    (l.keep_alive.clone(), Part::KeepAlive),
+                    (l.readers.clone(), Part::Readers),
+                    (l.writer_waiting.clone(), Part::WriterWaiting),
+                    (l.permits.clone(), Part::Permits),
+                ];
+                for (key, part) in parts {
+                    let Some(key) = key else { continue };
+                    let info = parse_key("dlock:", &key).expect(&key);
+                    assert_eq!(
+                        (info.name.as_str(), info.kind, info.part),
+                        (name, kind, part)
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_layout_matches_the_runtime_keys() {
+        // The suffixes the kinds' scripts are given (kinds/*.rs).
+        let l = Layout::new("p:", Kind::ReadWrite, "n");
+        assert_eq!(l.key, "p:{n}:rw");
+        assert_eq!(l.channel, "p:{n}:rw:chan");
+        assert_eq!(l.readers.as_deref(), Some("p:{n}:rw:readers"));
+        let s = Layout::new("p:", Kind::Semaphore, "n");
+        assert_eq!(s.key, "p:{n}:sem");
+        assert_eq!(s.permits.as_deref(), Some("p:{n}:sem:permits"));
+        assert_eq!(s.fence, None);
+        let f = Layout::new("p:", Kind::Fair, "n");
+        assert_eq!(
+            f.grant_channel("o:1").as_deref(),
+            Some("p:{n}:fair:grant:o:1")
+        );
+        assert_eq!(Layout::new("p:", Kind::Plain, "n").key, "p:{n}");
+    }
+
+    #[test]
+    fn foreign_keys_are_not_locks() {
+        for key in [
+            "dlock:stock:{item#0}",
+            "dlock:{item}:meta",
+            "dlock:{}",
+            "dlock:{a%zz}",
+            "dlock:{a%7}",
+            "dlock:{a{b}",
+            "dlock:{a}:sem:fence",
+            "dlock:{a}:chan",
+            "other:{a}",
+            "dlock:a",
+            "dlock:{a",
+        ] {
+            assert_eq!(parse_key("dlock:", key), None, "{key}");
+        }
+    }
+}
