@@ -270,3 +270,65 @@ async fn replica_port(s: &RedisSentinel) -> u16 {
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no replica in INFO replication: {info}"))
 }
+
+/// After the switch the waiters' subscriber listens on the new primary, where releases are now
+/// published: with it left on the old primary (awake and answering), a waiter would sleep
+/// until the holder's lease ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_of_a_client_that_switched_is_woken_by_a_release_on_the_new_primary() {
+    let s = RedisSentinel::start().expect("start primary, replica and sentinels");
+    let a = client(&s, Duration::from_secs(2)).await;
+    warm(&a).await;
+    let (_old, new) = pause_through_a_promotion(&s).await;
+
+    let b = client(&s, Duration::from_secs(2)).await;
+    let held = b
+        .lock("paused:wake")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let mut on_new = common::raw(&new).await;
+    let scripts_before = common::script_calls(&mut on_new).await;
+    let waiter = tokio::spawn({
+        let lock = a.lock("paused:wake").wait(Duration::from_secs(25));
+        async move {
+            let g = lock.acquire().await;
+            (g, Instant::now())
+        }
+    });
+    // Parked: subscribed on the new primary, and its try and its retry refused there.
+    let channel = format!("{}:chan", a.lock("paused:wake").key());
+    common::eventually(
+        Duration::from_secs(10),
+        "the waiter subscribed on the new primary and refused twice",
+        || {
+            let (mut conn, channel) = (on_new.clone(), channel.clone());
+            async move {
+                let (_, subs): (String, i64) = dlock::redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg(&channel)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                subs >= 1 && common::script_calls(&mut conn).await >= scripts_before + 2
+            }
+        },
+    )
+    .await;
+    held.release().await.unwrap();
+    let released = Instant::now();
+    let (g, acquired) = tokio::time::timeout(Duration::from_secs(25), waiter)
+        .await
+        .expect("the waiter ends within its wait")
+        .unwrap();
+    let g = g.expect("the waiter gets the lock");
+    let woke_after = acquired - released;
+    println!("waiter woken {woke_after:?} after the release on the new primary");
+    // The holder's lease was 30 s: a waiter that missed the release sleeps for most of it.
+    assert!(
+        woke_after < Duration::from_secs(5),
+        "woken only {woke_after:?} after the release"
+    );
+    g.release().await.unwrap();
+}
