@@ -235,16 +235,18 @@ impl Follower {
     async fn follow_once(&self) -> RedisResult<()> {
         let spec = &self.spec;
         let found = resolve(&spec.sentinels, &spec.name, |a| master_client(spec, a)).await?;
+        let before = self.generation.load(Ordering::Acquire);
         if !self.may_follow(&found).await {
             return Ok(());
         }
         let (client, conn) = connect(spec, &found.addr, &self.bg).await?;
         let mut cur = self.current();
-        // Checked again: another resolution may have switched while this one connected.
-        if found.epoch < cur.epoch || found.addr == cur.addr {
-            if found.addr == cur.addr {
-                cur.checked = Instant::now();
-            }
+        if found.addr == cur.addr {
+            cur.checked = Instant::now();
+            return Ok(());
+        }
+        // Another resolution switched while this one connected: only a newer epoch wins.
+        if self.generation.load(Ordering::Acquire) != before && found.epoch <= cur.epoch {
             return Ok(());
         }
         tracing::warn!(master = %spec.name, host = %found.addr.0, port = found.addr.1, epoch = found.epoch, "dlock: following the new primary");
