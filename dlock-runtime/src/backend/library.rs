@@ -100,6 +100,14 @@ sources! {
     SEMAPHORE_AVAILABLE = "semaphore_available", Reads, include_str!("../../lua/semaphore/available.lua");
     SEMAPHORE_FORCE_UNLOCK = "semaphore_force_unlock", Frees,
         include_str!("../../lua/semaphore/force_unlock.lua");
+    REDISSON_LOCK_ACQUIRE = "redisson_lock_acquire", Takes,
+        include_str!("../../lua/redisson/lock_acquire.lua");
+    REDISSON_LOCK_RELEASE = "redisson_lock_release", Frees,
+        include_str!("../../lua/redisson/lock_release.lua");
+    REDISSON_LOCK_UNDO_REENTRY = "redisson_lock_undo_reentry", Frees,
+        include_str!("../../lua/redisson/lock_undo_reentry.lua");
+    REDISSON_LOCK_FORCE_UNLOCK = "redisson_lock_force_unlock", Frees,
+        include_str!("../../lua/redisson/lock_force_unlock.lua");
     STOCK_META = "stock_meta", Takes, include_str!("../../lua/stock/meta.lua");
     STOCK_INIT = "stock_init", Takes, include_str!("../../lua/stock/init.lua");
     STOCK_TAKE = "stock_take", Takes, include_str!("../../lua/stock/take.lua");

@@ -58,6 +58,9 @@ pub(crate) struct Shared {
     /// Sentinel it counts the primary's, which is where every client subscribes once it has
     /// followed a failover.
     pub(crate) publish_counts_all: bool,
+    /// Whether the Redisson kinds publish and subscribe on shard channels: a cluster whose
+    /// nodes answer `PUBSUB SHARDNUMSUB` (Redis 7+), as Redisson's sharded mode AUTO decides.
+    pub(crate) sharded_pubsub: bool,
     /// The client's own thread: connections, watchdog, subscriber, background releases.
     /// Declared last so it is dropped after everything that spawns onto it.
     pub(crate) bg: Background,
@@ -131,7 +134,9 @@ impl Shared {
         )
         .await
         .map_err(connect_err)?;
+        let sharded_pubsub = topology.is_cluster() && answers_shardnumsub(&pool).await;
         let shared = Arc::new(Shared {
+            sharded_pubsub,
             watchdog,
             url,
             pool,
@@ -265,6 +270,18 @@ async fn check_channel_rights(b: &Settings, pool: &Pool, url: &str) -> Result<()
             ))
         }
     }
+}
+
+/// Whether the deployment has sharded pub/sub: Redisson's test (`PUBSUB SHARDNUMSUB` succeeds).
+async fn answers_shardnumsub(pool: &Pool) -> bool {
+    let mut conn = pool.get();
+    let mut cmd = redis::cmd("PUBSUB");
+    cmd.arg("SHARDNUMSUB");
+    let probe = cmd.query_async::<redis::Value>(&mut conn);
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), probe).await,
+        Ok(Ok(_))
+    )
 }
 
 /// `text` as a Redis glob pattern that matches it literally.

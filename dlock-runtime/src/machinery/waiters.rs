@@ -212,6 +212,12 @@ impl Waiters {
         sub
     }
 
+    /// [`Waiters::subscribe`] for a shard channel (SSUBSCRIBE on the cluster node serving its
+    /// slot, see `shard_subscriber.rs`).
+    pub(crate) async fn subscribe_sharded(&self, channel: &str) -> Subscription {
+        self.subscribe(channel).await
+    }
+
     fn register(&self, channel: &str, ack: oneshot::Sender<bool>) -> Subscription {
         let mut map = self.shared.channels();
         let ch = map.entry(channel.to_owned()).or_insert_with(|| Channel {
