@@ -9,3 +9,4 @@ mod common;
 
 mod java;
 mod lock;
+mod rwlock;

@@ -43,6 +43,16 @@ pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
     }
 }
 
+/// `RedissonObject.suffixName`: `{<name>}:<suffix>`, or `<name>:<suffix>` when the name has a
+/// `{` already.
+pub(crate) fn suffix_name(name: &str, suffix: &str) -> String {
+    if name.contains('{') {
+        format!("{name}:{suffix}")
+    } else {
+        format!("{{{name}}}:{suffix}")
+    }
+}
+
 /// The names Redisson gives the lock `name`, with `channel` its channel prefix
 /// (`redisson_lock__channel` for `RLock`, `redisson_rwlock` for `RReadWriteLock`).
 pub(crate) fn keys(name: &str, channel: &str) -> LockKeys {
@@ -213,6 +223,8 @@ mod tests {
         let tagged = keys("a{b}c", "redisson_rwlock");
         assert_eq!(tagged.channel, "redisson_rwlock:a{b}c");
         assert_eq!(cluster_slot(&tagged.channel), cluster_slot("a{b}c"));
+        assert_eq!(suffix_name("x", "u:1"), "{x}:u:1");
+        assert_eq!(suffix_name("a{b}c", "u:1"), "a{b}c:u:1");
     }
 
     #[test]
