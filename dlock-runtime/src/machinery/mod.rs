@@ -11,6 +11,7 @@ pub(crate) mod hold;
 pub(crate) mod orphan;
 pub(crate) mod release;
 pub(crate) mod scope;
+pub(crate) mod shard_subscriber;
 pub(crate) mod shared;
 pub(crate) mod shutdown;
 pub(crate) mod telemetry;
