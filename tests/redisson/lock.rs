@@ -45,16 +45,18 @@ pub async fn all_keys(conn: &mut MultiplexedConnection) -> Vec<String> {
     keys
 }
 
-/// Every key in the server is one Redisson names for lock `name`: the hash, its token counter,
-/// unlock latches (or, with `rw`, read-hold timeouts).
-pub async fn only_redisson_keys(conn: &mut MultiplexedConnection, name: &str) {
-    let latches = format!("{}:", prefix_name("redisson_unlock_latch", name));
-    let timeouts = format!("{{{name}}}:");
+/// Every key in the server is one Redisson names for one of the locks `names`: the hash, its
+/// token counter, unlock latches, read-hold timeouts; none of dlock's own.
+pub async fn only_redisson_keys(conn: &mut MultiplexedConnection, names: &[&str]) {
     for key in all_keys(conn).await {
-        let redisson = key == name
-            || key == prefix_name("redisson_lock_token", name)
-            || key.starts_with(&latches)
-            || (key.starts_with(&timeouts) && key.contains(":rwlock_timeout:"));
+        let redisson = names.iter().any(|name| {
+            let latches = format!("{}:", prefix_name("redisson_unlock_latch", name));
+            let timeouts = format!("{{{name}}}:");
+            key == *name
+                || key == prefix_name("redisson_lock_token", name)
+                || key.starts_with(&latches)
+                || (key.starts_with(&timeouts) && key.contains(":rwlock_timeout:"))
+        });
         assert!(redisson, "a key Redisson does not have: {key}");
         assert!(!key.starts_with("dlock"), "{key}");
     }
@@ -87,7 +89,7 @@ async fn the_layout_is_redissons_at_every_step_reentry_included() {
         (29_000..=30_000).contains(&ttl),
         "Redisson's 30 s lease: {ttl}"
     );
-    only_redisson_keys(&mut conn, "order:42").await;
+    only_redisson_keys(&mut conn, &["order:42"]).await;
 
     // Re-entry along the call chain: the same field counts 2, the lease is set again.
     let (inner_lock, url, want) = (lock.clone(), server.url(), format!("{uuid}:{chain}"));
@@ -116,7 +118,7 @@ async fn the_layout_is_redissons_at_every_step_reentry_included() {
     );
     outer.release().await.unwrap();
     assert!(hgetall(&mut conn, "order:42").await.is_empty());
-    only_redisson_keys(&mut conn, "order:42").await;
+    only_redisson_keys(&mut conn, &["order:42"]).await;
 
     // A second top-level acquire: same client uuid, another chain number.
     let again = lock.acquire().await.unwrap();
@@ -140,7 +142,7 @@ async fn the_layout_is_redissons_at_every_step_reentry_included() {
     assert!(lock.try_acquire().await.unwrap().is_none());
     assert_eq!(java.unlock("order:42", 7, Side::Plain).await, Ok(false));
     assert_eq!(java.unlock("order:42", 7, Side::Plain).await, Ok(true));
-    only_redisson_keys(&mut conn, "order:42").await;
+    only_redisson_keys(&mut conn, &["order:42"]).await;
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod attribute;
 mod cluster;
 mod java;
 mod lock;

@@ -44,7 +44,7 @@ async fn the_layout_is_redissons_for_readers_writers_reentry_and_downgrade() {
         "{fields:?}"
     );
     assert_eq!(fields.len(), 3, "{fields:?}");
-    only_redisson_keys(&mut conn, "prices").await;
+    only_redisson_keys(&mut conn, &["prices"]).await;
     // No writer on either side while readers hold.
     assert!(rw.write().try_acquire().await.unwrap().is_none());
     assert!(
