@@ -330,31 +330,42 @@ pub async fn wakes_both_ways(
     (dlock_woken, java_woken)
 }
 
-/// Waits until some client subscribes `channel` (classic or sharded).
+/// Waits until some client subscribes `channel` (classic or sharded; on a cluster redis-rs
+/// asks every node and combines the answers).
 pub async fn wait_subscribed(channel: &str, java: &JavaClient) {
-    let mut conn = java.conn();
+    let conn = java.conn();
     let channel = channel.to_owned();
     common::eventually(Duration::from_secs(10), "a subscriber", || {
         let (mut conn, channel) = (conn.clone(), channel.clone());
         async move {
             for sub in ["NUMSUB", "SHARDNUMSUB"] {
-                let reply: Vec<dlock::redis::Value> = dlock::redis::cmd("PUBSUB")
+                let reply: dlock::redis::Value = dlock::redis::cmd("PUBSUB")
                     .arg(sub)
                     .arg(&channel)
                     .query_async(&mut conn)
                     .await
-                    .unwrap_or_default();
-                if let Some(n) = reply.get(1) {
-                    if dlock::redis::from_redis_value::<i64>(n.clone()).unwrap_or(0) > 0 {
-                        return true;
-                    }
+                    .unwrap_or(dlock::redis::Value::Nil);
+                if subscribers(reply) > 0 {
+                    return true;
                 }
             }
             false
         }
     })
     .await;
-    let _ = &mut conn;
+}
+
+/// The count in a `PUBSUB NUMSUB ch` reply: `[ch, n]`, or `{ch: n}` when combined.
+fn subscribers(reply: dlock::redis::Value) -> i64 {
+    use dlock::redis::Value;
+    let count = match reply {
+        Value::Array(items) => items.into_iter().nth(1),
+        Value::Map(pairs) => pairs.into_iter().next().map(|(_, n)| n),
+        _ => None,
+    };
+    count
+        .and_then(|n| dlock::redis::from_redis_value::<i64>(n).ok())
+        .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,5 +10,6 @@ mod common;
 mod attribute;
 mod cluster;
 mod java;
+mod latency;
 mod lock;
 mod rwlock;
