@@ -120,7 +120,8 @@ impl Lock {
         &self.name
     }
 
-    /// The Redis key of the lock hash (`<prefix>{<escaped name>}`).
+    /// The Redis key of the lock hash (`<prefix>{<escaped name>}`; for the Redisson kinds, the
+    /// name itself).
     pub fn key(&self) -> &str {
         &self.keys.key
     }
