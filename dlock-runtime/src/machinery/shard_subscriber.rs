@@ -146,9 +146,10 @@ impl Task {
                 Some((node, serial, push)) = self.events.recv() => {
                     check = self.on_push(node, serial, push);
                 }
-                _ = tokio::time::sleep_until(next_check) => {
+                // Only while channels are subscribed: an idle client reads no slot map.
+                _ = tokio::time::sleep_until(next_check), if !self.channels.is_empty() => {
                     next_check = Instant::now() + interval;
-                    check = !self.channels.is_empty();
+                    check = true;
                 }
             }
             if check {
