@@ -30,7 +30,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::conn::Pool;
 use crate::backend::names::cluster_slot;
+use crate::backend::topology::Topology;
 
 /// A master's address.
 type Node = (String, u16);
@@ -62,6 +64,53 @@ pub(crate) struct ShardHooks {
     pub(crate) resubscribed: Box<dyn Fn() + Send + Sync>,
     /// Bound on each SSUBSCRIBE / SUNSUBSCRIBE round trip.
     pub(crate) ack_timeout: Duration,
+}
+
+/// Where the shard subscriber of a cluster connects: the seeds' credentials and TLS settings,
+/// the slot map read through the command connections; `None` without a seed.
+pub(crate) fn source(
+    topology: &Topology,
+    pool: &Arc<Pool>,
+    connect_timeout: Duration,
+    stop: &CancellationToken,
+) -> Option<ShardSource> {
+    let template = (topology.pubsub_source(pool))().into_iter().next()?;
+    let pool = pool.clone();
+    let slots: SlotSource = Arc::new(move || {
+        let mut conn = pool.get();
+        Box::pin(async move {
+            let masters = conn.slot_masters().await?;
+            let masters = masters.into_iter();
+            Some(
+                masters
+                    .map(|(lo, hi, n)| (lo, hi, n.host().to_owned(), n.port()))
+                    .collect(),
+            )
+        })
+    });
+    Some(ShardSource {
+        slots,
+        template,
+        connect_timeout,
+        check_interval: CHECK_INTERVAL,
+        stop: stop.clone(),
+    })
+}
+
+/// How often the slot map is read while channels are subscribed: a failover moves a channel's
+/// slot, and its waiters hear nothing until it is subscribed on the new master.
+const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Whether the deployment has sharded pub/sub: Redisson's test (`PUBSUB SHARDNUMSUB` succeeds).
+pub(crate) async fn supported(pool: &Pool) -> bool {
+    let mut conn = pool.get();
+    let mut cmd = redis::cmd("PUBSUB");
+    cmd.arg("SHARDNUMSUB");
+    let probe = cmd.query_async::<redis::Value>(&mut conn);
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), probe).await,
+        Ok(Ok(_))
+    )
 }
 
 enum Command {

@@ -21,7 +21,7 @@ use crate::kinds::{Claim, LockKind};
 use crate::machinery::failover_watch;
 use crate::machinery::gate::Gates;
 use crate::machinery::hold::Hold;
-use crate::machinery::shard_subscriber::{ShardSource, SlotSource};
+use crate::machinery::shard_subscriber;
 use crate::machinery::waiters::{WaiterSettings, Waiters, DEFAULT_HEALTH_INTERVAL};
 use crate::machinery::watchdog::Watchdog;
 use crate::settings::{Bounds, ReplicaSync, Settings};
@@ -135,9 +135,12 @@ impl Shared {
         )
         .await
         .map_err(connect_err)?;
-        let sharded_pubsub = topology.is_cluster() && answers_shardnumsub(&pool).await;
+        let sharded_pubsub = topology.is_cluster() && shard_subscriber::supported(&pool).await;
         if sharded_pubsub {
-            start_shard_subscriber(&waiters, &topology, &pool, &b, &stop, &bg);
+            let source = shard_subscriber::source(&topology, &pool, b.connect_timeout, &stop);
+            if let Some(source) = source {
+                waiters.start_sharded(source, bg.handle());
+            }
         }
         let shared = Arc::new(Shared {
             sharded_pubsub,
@@ -274,58 +277,6 @@ async fn check_channel_rights(b: &Settings, pool: &Pool, url: &str) -> Result<()
             ))
         }
     }
-}
-
-/// Starts the waiters' subscriber of shard channels (the Redisson kinds' on a cluster): one
-/// connection per master, with the seeds' credentials and TLS settings.
-fn start_shard_subscriber(
-    waiters: &Waiters,
-    topology: &Topology,
-    pool: &Arc<Pool>,
-    b: &Settings,
-    stop: &CancellationToken,
-    bg: &Background,
-) {
-    let Some(template) = (topology.pubsub_source(pool))().into_iter().next() else {
-        return;
-    };
-    let pool = pool.clone();
-    let slots: SlotSource = Arc::new(move || {
-        let mut conn = pool.get();
-        Box::pin(async move {
-            let masters = conn.slot_masters().await?;
-            let masters = masters.into_iter();
-            Some(
-                masters
-                    .map(|(lo, hi, n)| (lo, hi, n.host().to_owned(), n.port()))
-                    .collect(),
-            )
-        })
-    });
-    let source = ShardSource {
-        slots,
-        template,
-        connect_timeout: b.connect_timeout,
-        check_interval: SHARD_CHECK_INTERVAL,
-        stop: stop.clone(),
-    };
-    waiters.start_sharded(source, bg.handle());
-}
-
-/// How often the shard subscriber reads the slot map while it has channels: a failover moves
-/// a channel's slot, and its waiters hear nothing until it is subscribed on the new master.
-const SHARD_CHECK_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Whether the deployment has sharded pub/sub: Redisson's test (`PUBSUB SHARDNUMSUB` succeeds).
-async fn answers_shardnumsub(pool: &Pool) -> bool {
-    let mut conn = pool.get();
-    let mut cmd = redis::cmd("PUBSUB");
-    cmd.arg("SHARDNUMSUB");
-    let probe = cmd.query_async::<redis::Value>(&mut conn);
-    matches!(
-        tokio::time::timeout(Duration::from_secs(5), probe).await,
-        Ok(Ok(_))
-    )
 }
 
 /// `text` as a Redis glob pattern that matches it literally.
