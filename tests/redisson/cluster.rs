@@ -202,3 +202,72 @@ async fn on_a_cluster_a_java_writers_release_wakes_a_dlock_reader() {
     g.release().await.unwrap();
     assert_eq!(java.unlock("prices", 2, Side::Read).await, Ok(true));
 }
+
+/// The master serving the lock's slot is SIGKILLed while a dlock waiter waits: its shard
+/// connection drops, and once a replica is promoted the channel is subscribed there and the
+/// waiter is still woken by the next release (not at the holder's lease end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_still_woken_after_the_slots_master_was_killed_and_replaced() {
+    let mut cluster = RedisCluster::start(3, 1).expect("start a cluster");
+    let client = cluster_client(&cluster).await;
+    let java = Arc::new(JavaClient::cluster(&cluster.urls(), Duration::from_secs(30)).await);
+    // Slot 6174, master 1: not master 0, where the client's classic subscriber connects.
+    // Losing that connection wakes every waiter of the client, and a retry while the slot's
+    // master is down fails the acquire with a Redis error (dlock's acquire loop does not retry
+    // errors); that is not what this test is about.
+    let name = "invoice:9";
+    assert_eq!(master_index(&cluster, name), 1);
+    let channel = JavaClient::channel(name, Side::Plain);
+    assert!(
+        java.try_lock(name, 1, Side::Plain, Duration::ZERO, None)
+            .await
+    );
+    // The hold must be on the replica before its master dies (replication is asynchronous).
+    let old = cluster.master_for_key(name).unwrap();
+    let replica = cluster
+        .nodes()
+        .unwrap()
+        .into_iter()
+        .find(|n| n.master_port == Some(old.port))
+        .expect("a replica of the slot's master");
+    let mut on_replica = common::raw(&replica.url).await;
+    let _: () = dlock::redis::cmd("READONLY")
+        .query_async(&mut on_replica)
+        .await
+        .unwrap();
+    common::eventually(Duration::from_secs(10), "the hold replicated", || {
+        let mut conn = on_replica.clone();
+        async move {
+            dlock::redis::cmd("EXISTS")
+                .arg(name)
+                .query_async::<i64>(&mut conn)
+                .await
+                .unwrap_or(0)
+                == 1
+        }
+    })
+    .await;
+
+    let waiter = tokio::spawn({
+        let lock = client.redisson_lock(name).wait(Duration::from_secs(25));
+        async move {
+            let g = lock.acquire().await.unwrap();
+            (Instant::now(), g)
+        }
+    });
+    until_shard_subscribed(&cluster, &channel).await;
+    let index = master_index(&cluster, name);
+    let promoted = tokio::task::block_in_place(|| cluster.kill_master(index)).unwrap();
+    assert_eq!(promoted.port, replica.port);
+    until_shard_subscribed(&cluster, &channel).await;
+    java.resubscribe(&channel).await;
+    let released = Instant::now();
+    assert_eq!(java.unlock(name, 1, Side::Plain).await, Ok(true));
+    let (got, g) = waiter.await.unwrap();
+    assert!(
+        got - released < WOKEN_WITHIN,
+        "after the master was replaced dlock woke {:?} after the release",
+        got - released
+    );
+    g.release().await.unwrap();
+}

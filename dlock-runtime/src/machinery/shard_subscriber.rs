@@ -12,9 +12,10 @@
 //!   node lost the slot) marks its channels unplaced at once;
 //! * while any channel is subscribed, the slot map is read every `check_interval`; a channel
 //!   whose slot is now served by another master is subscribed there;
-//! * after channels were moved, every waiter is woken (`resubscribed`): a release published
-//!   while its channel was nowhere was missed, so waiters retry instead of sleeping to the
-//!   holder's PTTL.
+//! * after channels were moved, every waiter is woken (`resubscribed`) once the slot map has
+//!   held still for one check: a release published while its channel was nowhere was missed,
+//!   so waiters retry instead of sleeping to the holder's PTTL (and not while the cluster is
+//!   still moving, when the retry itself would fail).
 //!
 //! Every round trip is bounded by the ack timeout; a subscription that cannot be placed is
 //! acknowledged as unconfirmed, and its waiters fall back to PTTL-bounded sleeps until the next
@@ -144,6 +145,7 @@ impl ShardSubscriber {
             conns: HashMap::new(),
             opened: 0,
             channels: HashMap::new(),
+            wake_pending: false,
         };
         rt.spawn(async move { stop.run_until_cancelled(task.run()).await });
         ShardSubscriber { commands: tx }
@@ -175,6 +177,8 @@ struct Task {
     opened: u64,
     /// Subscribed channels and the node they are subscribed on (`None`: nowhere right now).
     channels: HashMap<String, Option<Node>>,
+    /// Channels were moved: wake every waiter at the next check that finds nothing to move.
+    wake_pending: bool,
 }
 
 impl Task {
@@ -275,16 +279,25 @@ impl Task {
             .map(|(ch, _)| ch.clone())
             .collect();
         if misplaced.is_empty() {
+            // The map held still for a whole check since channels moved: the cluster has
+            // settled, so the waiters' retries can reach the new masters.
+            if std::mem::take(&mut self.wake_pending) {
+                (self.hooks.resubscribed)();
+            }
             return;
         }
         for channel in &misplaced {
-            self.place(channel, true).await;
+            if self.place(channel, true).await {
+                // Woken once a channel is live again and the map has held still for one check
+                // (see above): a retry while the slot's master is still down or just being
+                // replaced (a master killed, its replica promoted) fails instead of waiting.
+                self.wake_pending = true;
+            }
         }
         tracing::debug!(
             channels = misplaced.len(),
             "dlock: shard subscriptions moved"
         );
-        (self.hooks.resubscribed)();
     }
 
     /// Subscribes `channel` on its slot's master (reading the slot map first if `fresh` is
