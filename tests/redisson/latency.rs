@@ -36,11 +36,13 @@ fn report(what: &str, mut wake: Vec<Duration>, mut ping: Vec<Duration>) {
     ping.sort();
     let (p50, p99) = (pct(&wake, 0.5), pct(&wake, 0.99));
     let (q50, q99) = (pct(&ping, 0.5), pct(&ping, 0.99));
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     println!(
         "{what}: wake p50 {p50:?} p99 {p99:?}; idle PING p50 {q50:?} p99 {q99:?}; \
-         wake / PING: p50 {:.1}x, p99 {:.1}x",
-        p50.as_secs_f64() / q50.as_secs_f64(),
-        p99.as_secs_f64() / q50.as_secs_f64(),
+         wake in PING p50s: p50 {:.1}, p99 {:.1}; p99 wake / p99 PING {:.1}",
+        ratio(p50, q50),
+        ratio(p99, q50),
+        ratio(p99, q99),
     );
 }
 
