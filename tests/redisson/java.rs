@@ -8,9 +8,10 @@
 //! subscribes, then retries and sleeps on the channel until a message or the PTTL; a watchdog
 //! renews every third of `lockWatchdogTimeout`; `unlock` sends a fresh request id and deletes
 //! its latch afterwards. Thread ids are plain numbers given by the test.
-
-// Not every test uses every side and deployment.
-#![allow(dead_code)]
+//!
+//! These texts are this project's own. The whole suite was also run with each constant
+//! replaced by Redisson's verbatim script text of 4.7.0 (all nine) and of 3.24.0 (the lock,
+//! read, write and fenced scripts), locally and not committed: it passed unchanged.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
