@@ -119,7 +119,7 @@
 //! `shardedSubscriptionMode` OFF publishes with PUBLISH, which dlock's shard subscribers do not
 //! hear; waiters then still get the lock, but only at the holder's lease end or their wait's.
 //! dlock follows a failover by itself (it re-subscribes shard channels on the slot's new
-//! master within about a second, and wakes its waiters), so does Redisson.
+//! master within a second or two, then wakes its waiters), and so does Redisson.
 //!
 //! ## Versions checked
 //!
