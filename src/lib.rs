@@ -50,6 +50,9 @@
 //! [`guide`]: is a Redis lock enough for what you protect? Efficiency against correctness,
 //! fencing, failovers, persistence, and the supported Redis versions and deployments.
 //!
+//! [`redisson`]: sharing locks with Java services that use Redisson (`client.redisson_lock`,
+//! `client.redisson_read_write_lock`, `kind = "redisson"`), and where compatibility stops.
+//!
 //! [`fence`]: the check your store makes so a holder that outlived its lease cannot overwrite
 //! the next holder's work (in Redis, and the SQL pattern).
 //!
@@ -67,6 +70,8 @@ pub use dlock_runtime::*;
 pub use dlock_macros::{distributed_lock, distributed_semaphore};
 
 pub mod guide;
+
+pub mod redisson;
 
 /// What the code `#[distributed_lock]` writes calls; not an API, may change in any release.
 #[doc(hidden)]

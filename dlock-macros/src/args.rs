@@ -67,11 +67,30 @@ pub(crate) enum Kind {
     Write,
     /// `client.fair_lock(key)`.
     Fair,
+    /// `client.redisson_lock(key)`: Redisson's `RLock` on the wire.
+    Redisson,
+    /// `client.redisson_read_write_lock(key).read()`.
+    RedissonRead,
+    /// `client.redisson_read_write_lock(key).write()`.
+    RedissonWrite,
 }
 
 const KINDS: &str = "`kind = \"reentrant\"` (the plain lock, the default), `kind = \"read\"` and \
                      `kind = \"write\"` (the shared and the exclusive side of a read-write lock), \
-                     `kind = \"fair\"` (first come, first served)";
+                     `kind = \"fair\"` (first come, first served), `kind = \"redisson\"`, \
+                     `\"redisson_read\"` and `\"redisson_write\"` (Redisson's own locks, shared \
+                     with Java services)";
+
+/// Every `kind = "..."` value, for "did you mean".
+const KIND_NAMES: [&str; 7] = [
+    "reentrant",
+    "read",
+    "write",
+    "fair",
+    "redisson",
+    "redisson_read",
+    "redisson_write",
+];
 
 /// What the function returns when the lock stays held by another owner for the whole `wait`.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -169,6 +188,9 @@ impl Args {
                     "read" => Some(Kind::Read),
                     "write" => Some(Kind::Write),
                     "fair" => Some(Kind::Fair),
+                    "redisson" => Some(Kind::Redisson),
+                    "redisson_read" => Some(Kind::RedissonRead),
+                    "redisson_write" => Some(Kind::RedissonWrite),
                     other => {
                         let mut msg = format!("unknown kind `{other}`; the kinds are {KINDS}");
                         if matches!(other, "exclusive" | "plain" | "mutex" | "lock") {
@@ -176,9 +198,7 @@ impl Args {
                                 "; an exclusive lock is the default: leave `kind` out (or write \
                                  `kind = \"write\"` to exclude the readers of a read-write lock)",
                             );
-                        } else if let Some(best) =
-                            closest(other, ["reentrant", "read", "write", "fair"].into_iter())
-                        {
+                        } else if let Some(best) = closest(other, KIND_NAMES.into_iter()) {
                             msg.push_str(&format!("; did you mean `kind = \"{best}\"`?"));
                         }
                         errors.push(syn::Error::new(lit.span(), msg));
@@ -385,6 +405,9 @@ pub(crate) fn kind_text(kind: Kind) -> &'static str {
         Kind::Read => "read",
         Kind::Write => "write",
         Kind::Fair => "fair",
+        Kind::Redisson => "redisson",
+        Kind::RedissonRead => "redisson_read",
+        Kind::RedissonWrite => "redisson_write",
     }
 }
 
@@ -846,6 +869,9 @@ mod tests {
             ("reentrant", Kind::Reentrant),
             ("write", Kind::Write),
             ("fair", Kind::Fair),
+            ("redisson", Kind::Redisson),
+            ("redisson_read", Kind::RedissonRead),
+            ("redisson_write", Kind::RedissonWrite),
         ] {
             let a = parse(&format!("kind = {text:?}")).unwrap();
             assert_eq!(a.kind.unwrap().0, kind);

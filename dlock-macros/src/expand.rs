@@ -401,6 +401,9 @@ fn generate(args: &Args, what: What<'_>, func: ItemFn, error_site: ErrorSite) ->
                 Kind::Read => quote! { #client.read_write_lock(#key).read() },
                 Kind::Write => quote! { #client.read_write_lock(#key).write() },
                 Kind::Fair => quote! { #client.fair_lock(#key) },
+                Kind::Redisson => quote! { #client.redisson_lock(#key) },
+                Kind::RedissonRead => quote! { #client.redisson_read_write_lock(#key).read() },
+                Kind::RedissonWrite => quote! { #client.redisson_read_write_lock(#key).write() },
             };
             let handle = quote! { #handle.label(#label) };
             (
@@ -678,6 +681,15 @@ mod tests {
             ),
             ("fair", "__dlock_client . fair_lock (__dlock_key)"),
             ("reentrant", "__dlock_client . lock (__dlock_key)"),
+            ("redisson", "__dlock_client . redisson_lock (__dlock_key)"),
+            (
+                "redisson_read",
+                "__dlock_client . redisson_read_write_lock (__dlock_key) . read ()",
+            ),
+            (
+                "redisson_write",
+                "__dlock_client . redisson_read_write_lock (__dlock_key) . write ()",
+            ),
         ] {
             let out = expand_str(&format!(r#"key = "k:{{id}}", kind = "{kind}""#), item).unwrap();
             assert!(

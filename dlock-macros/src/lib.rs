@@ -80,7 +80,7 @@ use proc_macro::TokenStream;
 /// | option | default | |
 /// |---|---|---|
 /// | `key = "..."` | `<module>::<fn>`, `<module>::<Type>::<method>` | the lock's name |
-/// | `kind = "read"` | `"reentrant"` | `"read"`, `"write"`, `"fair"`: which lock of the family |
+/// | `kind = "read"` | `"reentrant"` | `"read"`, `"write"`, `"fair"`, `"redisson"`, `"redisson_read"`, `"redisson_write"`: which lock of the family |
 /// | `keys = ["a:{x}", ..]` | none | several locks, all or none; exclusive with `key` |
 /// | `ttl = "30s"` | the client's `default_ttl`, 30 s | lease renewed by the watchdog |
 /// | `wait = "5s"` | the client's `default_wait`, 10 s | `"0s"` tries once, `"forever"` |
@@ -141,7 +141,7 @@ use proc_macro::TokenStream;
 /// }
 /// ```
 ///
-/// ## `kind = "read" | "write" | "fair"`
+/// ## `kind = "read" | "write" | "fair" | "redisson" | "redisson_read" | "redisson_write"`
 ///
 /// Which lock of the family the function takes on its key. Everything else (the key,
 /// `ttl`/`lease`/`wait`, `client`, `on_busy`, `map_err`, `current_lock()` in the body, the
@@ -154,6 +154,14 @@ use proc_macro::TokenStream;
 /// | `"read"` | `client.read_write_lock(key).read()` | shared with other readers |
 /// | `"write"` | `client.read_write_lock(key).write()` | excludes readers and writers |
 /// | `"fair"` | `client.fair_lock(key)` | exclusive, granted first come, first served |
+/// | `"redisson"` | `client.redisson_lock(key)` | Redisson's `RLock`, shared with Java services |
+/// | `"redisson_read"` | `client.redisson_read_write_lock(key).read()` | Redisson's `RReadWriteLock`, read side |
+/// | `"redisson_write"` | `client.redisson_read_write_lock(key).write()` | Redisson's `RReadWriteLock`, write side |
+///
+/// The Redisson kinds use Redisson's own keys and messages, so a Java service calling
+/// `redisson.getLock("order:7")` and `kind = "redisson"` on `"order:{id}"` exclude each other
+/// for order 7 (placeholder values are percent-escaped as for every kind, so a value with `:`,
+/// `{` or `}` renders differently from the raw text; see the `dlock::redisson` page).
 ///
 /// A read-write lock and a fair lock keep their own Redis keys: `kind = "read"` on
 /// `"doc:{id}"` and a plain `client.lock("doc:7")` do not exclude each other, while
@@ -422,8 +430,10 @@ use proc_macro::TokenStream;
 ///
 /// * `kind = "read"`: `__dlock_client.read_write_lock(__dlock_key).read()` instead of
 ///   `.lock(__dlock_key)`; `kind = "write"`: `...read_write_lock(__dlock_key).write()`;
-///   `kind = "fair"`: `__dlock_client.fair_lock(__dlock_key)`. The guard is a `LockGuard` for
-///   each, so steps 4 to 6 are as above.
+///   `kind = "fair"`: `__dlock_client.fair_lock(__dlock_key)`; `kind = "redisson"`:
+///   `__dlock_client.redisson_lock(__dlock_key)`, `"redisson_read"` / `"redisson_write"`:
+///   `...redisson_read_write_lock(__dlock_key).read()` / `.write()`. The guard is a
+///   `LockGuard` for each, so steps 4 to 6 are as above.
 /// * `keys = ["acct:{from}", "acct:{to}"]`: step 1 renders every template,
 ///   `let __dlock_key: [String; 2] = [format!("acct:{}", KeyPart(&from)), ...];`; step 3 is
 ///   `__dlock_client.multi_lock(__dlock_key)` with the same options and `.acquire().await`;

@@ -189,6 +189,15 @@ impl Conn {
         }
     }
 
+    /// Which master (by address) serves which slots, asked now (`None` when not a cluster, or
+    /// no answer).
+    pub(crate) async fn slot_masters(&mut self) -> Option<Vec<(u16, u16, NodeAddr)>> {
+        match &mut self.link {
+            Link::Cluster(conn, _) => slots::masters(conn).await,
+            Link::Single(..) | Link::Sentinel(_) => None,
+        }
+    }
+
     /// Forgets the cluster's slot map (a grouped call failed: slots moved).
     pub(crate) fn slots_changed(&self) {
         if let Link::Cluster(_, slots) = &self.link {

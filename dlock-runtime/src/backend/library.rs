@@ -100,6 +100,26 @@ sources! {
     SEMAPHORE_AVAILABLE = "semaphore_available", Reads, include_str!("../../lua/semaphore/available.lua");
     SEMAPHORE_FORCE_UNLOCK = "semaphore_force_unlock", Frees,
         include_str!("../../lua/semaphore/force_unlock.lua");
+    REDISSON_LOCK_ACQUIRE = "redisson_lock_acquire", Takes,
+        include_str!("../../lua/redisson/lock_acquire.lua");
+    REDISSON_LOCK_RELEASE = "redisson_lock_release", Frees,
+        include_str!("../../lua/redisson/lock_release.lua");
+    REDISSON_LOCK_UNDO_REENTRY = "redisson_lock_undo_reentry", Frees,
+        include_str!("../../lua/redisson/lock_undo_reentry.lua");
+    REDISSON_LOCK_FORCE_UNLOCK = "redisson_lock_force_unlock", Frees,
+        include_str!("../../lua/redisson/lock_force_unlock.lua");
+    REDISSON_READ_ACQUIRE = "redisson_read_acquire", Takes,
+        include_str!("../../lua/redisson/read_acquire.lua");
+    REDISSON_READ_RELEASE = "redisson_read_release", Frees,
+        include_str!("../../lua/redisson/read_release.lua");
+    REDISSON_READ_RENEW = "redisson_read_renew", Frees,
+        include_str!("../../lua/redisson/read_renew.lua");
+    REDISSON_WRITE_ACQUIRE = "redisson_write_acquire", Takes,
+        include_str!("../../lua/redisson/write_acquire.lua");
+    REDISSON_WRITE_RELEASE = "redisson_write_release", Frees,
+        include_str!("../../lua/redisson/write_release.lua");
+    REDISSON_RW_FORCE_UNLOCK = "redisson_rw_force_unlock", Frees,
+        include_str!("../../lua/redisson/rw_force_unlock.lua");
     STOCK_META = "stock_meta", Takes, include_str!("../../lua/stock/meta.lua");
     STOCK_INIT = "stock_init", Takes, include_str!("../../lua/stock/init.lua");
     STOCK_TAKE = "stock_take", Takes, include_str!("../../lua/stock/take.lua");

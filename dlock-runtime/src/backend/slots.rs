@@ -30,6 +30,17 @@ impl NodeAddr {
     }
 }
 
+impl NodeAddr {
+    /// The host the cluster announces for the node.
+    pub(crate) fn host(&self) -> &str {
+        &self.host
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+}
+
 impl std::fmt::Display for NodeAddr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}:{}", self.host, self.port)
@@ -113,6 +124,11 @@ pub(crate) async fn owners(conn: &mut ClusterConnection) -> Option<Owners> {
     let mut owners = slot_entries(&cluster_slots(conn).await?, |master| text(master.get(2)?))?;
     owners.sort();
     Some(owners)
+}
+
+/// Which master (by address) serves which slots, as one node sees it now, uncached.
+pub(crate) async fn masters(conn: &mut ClusterConnection) -> Option<Vec<(u16, u16, NodeAddr)>> {
+    fetch(conn).await
 }
 
 /// `keys` by index, one group per slot, each sent the usual way (routed by its key).

@@ -8,7 +8,7 @@ use crate::handles::lock::Lock;
 use crate::handles::multi::MultiLock;
 use crate::handles::rwlock::ReadWriteLock;
 use crate::handles::semaphore::Semaphore;
-use crate::kinds::Fair;
+use crate::kinds::{Fair, RedissonLock, RedissonRead, RedissonWrite};
 use crate::machinery::shared::Shared;
 
 /// A connection to one Redis deployment: command connections, one pub/sub connection shared by
@@ -132,6 +132,35 @@ impl LockClient {
     /// differ from a plain lock's of the same name.
     pub fn fair_lock(&self, name: impl Into<String>) -> Lock {
         Lock::of_kind(self.shared.clone(), name.into(), Arc::new(Fair))
+    }
+
+    /// Redisson's reentrant lock `name` (`RLock`, and `RFencedLock`'s tokens), spoken on the
+    /// wire exactly as Redisson 3.24+ and 4.x speak it: a Java service calling
+    /// `redisson.getLock(name)` and this lock exclude each other, and wake each other on
+    /// release. The same [`Lock`] API as [`LockClient::lock`]; the lease defaults to Redisson's
+    /// 30 s watchdog timeout (a handle's [`Lock::ttl`] overrides it). Its keys are Redisson's,
+    /// not dlock's: see the `dlock::redisson` page for the layout, the fencing tokens, and where
+    /// compatibility stops.
+    pub fn redisson_lock(&self, name: impl Into<String>) -> Lock {
+        let kind = Arc::new(RedissonLock {
+            sharded: self.shared.sharded_pubsub,
+        });
+        Lock::of_kind(self.shared.clone(), name.into(), kind)
+    }
+
+    /// Redisson's read-write lock `name` (`RReadWriteLock`), spoken on the wire as Redisson
+    /// 3.24+ and 4.x speak it: readers of a Java service calling
+    /// `redisson.getReadWriteLock(name)` and of this lock hold side by side, and a writer on
+    /// either side excludes both. Its `read()` and `write()` are ordinary [`Lock`] handles with
+    /// Redisson's semantics (no writer preference; see the `dlock::redisson` page).
+    pub fn redisson_read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
+        let sharded = self.shared.sharded_pubsub;
+        ReadWriteLock::of_kinds(
+            self.shared.clone(),
+            name.into(),
+            Arc::new(RedissonRead { sharded }),
+            Arc::new(RedissonWrite { sharded }),
+        )
     }
 
     /// The Redis URL this client talks to, password removed.

@@ -59,7 +59,7 @@ impl Lock {
 
     /// A handle on the lock `name` of another kind (its keys end in the kind's suffix).
     pub(crate) fn of_kind(shared: Arc<Shared>, name: String, kind: Arc<dyn LockKind>) -> Self {
-        let keys = LockKeys::new(&shared.prefix, &name, kind.key_suffix());
+        let keys = kind.keys(&shared.prefix, &name);
         Lock {
             shared,
             name,
@@ -120,7 +120,8 @@ impl Lock {
         &self.name
     }
 
-    /// The Redis key of the lock hash (`<prefix>{<escaped name>}`).
+    /// The Redis key of the lock hash (`<prefix>{<escaped name>}`; for the Redisson kinds, the
+    /// name itself).
     pub fn key(&self) -> &str {
         &self.keys.key
     }
@@ -203,7 +204,9 @@ impl Lock {
         if self.ttl.is_some() && self.lease.is_some() {
             return bad("set either ttl (watchdog-renewed) or lease (hard expiry), not both");
         }
-        let lease = self.lease.or(self.ttl).unwrap_or(self.shared.default_ttl);
+        let lease = (self.lease.or(self.ttl))
+            .or(self.kind.default_lease())
+            .unwrap_or(self.shared.default_ttl);
         if lease.as_millis() == 0 {
             return bad("ttl/lease must be at least 1 ms (Redis leases are whole milliseconds)");
         }
@@ -441,9 +444,14 @@ impl Lock {
                 // seen by the retry or delivered to the subscription. Bounded by the ack
                 // timeout; if the wait ends first, the retry is the last attempt.
                 let channel = self.kind.wait_channel(&hold);
-                subscription = tokio::time::timeout_at(deadline, inner.waiters.subscribe(&channel))
-                    .await
-                    .ok();
+                // A shard channel (Redisson's on a cluster) goes to the node serving its slot.
+                subscription = if self.kind.sharded_wait() {
+                    let sub = inner.waiters.subscribe_sharded(&channel);
+                    tokio::time::timeout_at(deadline, sub).await.ok()
+                } else {
+                    let sub = inner.waiters.subscribe(&channel);
+                    tokio::time::timeout_at(deadline, sub).await.ok()
+                };
                 continue;
             };
             // A crashed holder never publishes (nor does a release we cannot hear while the
@@ -495,7 +503,7 @@ impl Lock {
         due: Instant,
         started: Instant,
     ) -> LockGuard {
-        let token = crate::machinery::release::token_from_redis(token);
+        let token = self.token_from_redis(token);
         hold.token.store(token, Ordering::Release);
         hold.local_holds.store(1, Ordering::Release);
         hold.begin_holding(token);
@@ -505,6 +513,15 @@ impl Lock {
         registration.activate(due);
         tracing::debug!(lock = %self.name, token, waited = ?started.elapsed(), "dlock: acquired");
         LockGuard::new(self.shared.clone(), hold)
+    }
+
+    /// The fencing token of a hold Redis granted with counter value `redis`.
+    fn token_from_redis(&self, redis: u64) -> u64 {
+        if self.kind.scales_tokens() {
+            crate::machinery::release::token_from_redis(redis)
+        } else {
+            redis
+        }
     }
 
     /// How long one attempt may wait for Redis's reply: the rest of the wait, but at least
@@ -600,7 +617,7 @@ impl Lock {
         hold.confirm(sent_at);
         // The enclosing hold's token when this side was not a free -> held transition.
         let token = if token > 0 {
-            crate::machinery::release::token_from_redis(token as u64)
+            self.token_from_redis(token as u64)
         } else {
             parent.token.load(Ordering::Acquire)
         };

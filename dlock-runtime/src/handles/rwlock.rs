@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::handles::lock::Lock;
-use crate::kinds::{Read, Write};
+use crate::kinds::{LockKind, Read, Write};
 use crate::machinery::shared::Shared;
 
 /// A read-write lock called `name`; made by
@@ -45,21 +45,39 @@ use crate::machinery::shared::Shared;
 pub struct ReadWriteLock {
     shared: Arc<Shared>,
     name: String,
+    /// The two sides' kinds: dlock's own, or Redisson's (see `LockClient::redisson_read_write_lock`).
+    read: Arc<dyn LockKind>,
+    write: Arc<dyn LockKind>,
 }
 
 impl ReadWriteLock {
     pub(crate) fn new(shared: Arc<Shared>, name: String) -> Self {
-        ReadWriteLock { shared, name }
+        Self::of_kinds(shared, name, Arc::new(Read), Arc::new(Write))
+    }
+
+    /// A read-write lock whose sides are `read` and `write`.
+    pub(crate) fn of_kinds(
+        shared: Arc<Shared>,
+        name: String,
+        read: Arc<dyn LockKind>,
+        write: Arc<dyn LockKind>,
+    ) -> Self {
+        ReadWriteLock {
+            shared,
+            name,
+            read,
+            write,
+        }
     }
 
     /// The shared side: held by many readers at once, never beside a writer.
     pub fn read(&self) -> Lock {
-        Lock::of_kind(self.shared.clone(), self.name.clone(), Arc::new(Read))
+        Lock::of_kind(self.shared.clone(), self.name.clone(), self.read.clone())
     }
 
     /// The exclusive side: one writer, no readers.
     pub fn write(&self) -> Lock {
-        Lock::of_kind(self.shared.clone(), self.name.clone(), Arc::new(Write))
+        Lock::of_kind(self.shared.clone(), self.name.clone(), self.write.clone())
     }
 
     /// The lock's name, as given.

@@ -8,12 +8,16 @@
 
 mod fair;
 mod plain;
+mod redisson;
+mod redisson_rw;
 mod rw;
 mod seam;
 mod semaphore;
 
 pub(crate) use fair::Fair;
 pub(crate) use plain::Plain;
+pub(crate) use redisson::RedissonLock;
+pub(crate) use redisson_rw::{RedissonRead, RedissonWrite};
 pub(crate) use rw::{Read, Write};
 pub(crate) use seam::{Attempt, Claim, LockKind, Nested};
 pub(crate) use semaphore::{stored_permits, Semaphore};

@@ -61,6 +61,31 @@ pub(crate) trait LockKind: Send + Sync + std::fmt::Debug {
         ""
     }
 
+    /// The Redis names of the lock `name` of this kind: `<prefix>{<name>}` plus
+    /// [`LockKind::key_suffix`], or another deployment's layout (the Redisson kinds).
+    fn keys(&self, prefix: &str, name: &str) -> LockKeys {
+        LockKeys::new(prefix, name, self.key_suffix())
+    }
+
+    /// The lease of a handle that sets none, if this kind has its own default (Redisson's
+    /// watchdog timeout) rather than the client's `default_ttl`.
+    fn default_lease(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Whether the tokens this kind's acquire returns are dlock's own counter, scaled so local
+    /// handoffs fit between them, or a sequence shared with other software (Redisson's
+    /// `RFencedLock` counter), reported exactly as Redis returned them.
+    fn scales_tokens(&self) -> bool {
+        true
+    }
+
+    /// Whether [`LockKind::wait_channel`] is a shard channel (SSUBSCRIBE on a cluster node)
+    /// rather than a classic one.
+    fn sharded_wait(&self) -> bool {
+        false
+    }
+
     /// Whether a holder keeps this client's local turn at the key until its last release
     /// (exclusive kinds), or gives it up as soon as it holds (shared kinds: other local tasks
     /// may hold beside it, so they must be free to ask Redis).

@@ -13,6 +13,7 @@ pub(crate) mod orphan;
 pub(crate) mod primary_switch;
 pub(crate) mod release;
 pub(crate) mod scope;
+pub(crate) mod shard_subscriber;
 pub(crate) mod shared;
 pub(crate) mod shutdown;
 pub(crate) mod telemetry;

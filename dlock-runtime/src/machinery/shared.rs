@@ -21,6 +21,7 @@ use crate::error::LockError;
 use crate::kinds::{Claim, LockKind};
 use crate::machinery::gate::Gates;
 use crate::machinery::hold::Hold;
+use crate::machinery::shard_subscriber;
 use crate::machinery::waiters::{WaiterSettings, Waiters, DEFAULT_HEALTH_INTERVAL};
 use crate::machinery::watchdog::Watchdog;
 use crate::machinery::{failover_watch, primary_switch};
@@ -59,6 +60,9 @@ pub(crate) struct Shared {
     /// Sentinel it counts the primary's, which is where every client subscribes once it has
     /// followed a failover.
     pub(crate) publish_counts_all: bool,
+    /// Whether the Redisson kinds publish and subscribe on shard channels: a cluster whose
+    /// nodes answer `PUBSUB SHARDNUMSUB` (Redis 7+), as Redisson's sharded mode AUTO decides.
+    pub(crate) sharded_pubsub: bool,
     /// The client's own thread: connections, watchdog, subscriber, background releases.
     /// Declared last so it is dropped after everything that spawns onto it.
     pub(crate) bg: Background,
@@ -132,6 +136,13 @@ impl Shared {
         )
         .await
         .map_err(connect_err)?;
+        let sharded_pubsub = topology.is_cluster() && shard_subscriber::supported(&pool).await;
+        if sharded_pubsub {
+            let source = shard_subscriber::source(&topology, &pool, b.connect_timeout, &stop);
+            if let Some(source) = source {
+                waiters.start_sharded(source, bg.handle());
+            }
+        }
         if let Some(SentinelConn(follower)) = pool.get().sentinel() {
             primary_switch::start(
                 follower.switches(),
@@ -142,6 +153,7 @@ impl Shared {
             );
         }
         let shared = Arc::new(Shared {
+            sharded_pubsub,
             watchdog,
             url,
             pool,

@@ -28,6 +28,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::topology::ClientSource;
+use crate::machinery::shard_subscriber::{ShardHooks, ShardSource, ShardSubscriber};
 use crate::machinery::telemetry;
 
 /// How often the subscriber connection is PINGed when nothing else was heard from it.
@@ -127,6 +128,8 @@ pub(crate) struct Waiters {
     shared: Arc<Shared>,
     commands: mpsc::UnboundedSender<Command>,
     ack_timeout: Duration,
+    /// Shard channels' subscriber (a cluster with sharded pub/sub; see `shard_subscriber.rs`).
+    sharded: std::sync::OnceLock<ShardSubscriber>,
 }
 
 /// Makes the subscriber replace its connection, asking the topology again where to connect.
@@ -145,6 +148,8 @@ pub(crate) struct Subscription {
     commands: mpsc::UnboundedSender<Command>,
     channel: String,
     state: Arc<ChannelState>,
+    /// Set for a shard channel: its unsubscribe goes there.
+    sharded: Option<ShardSubscriber>,
 }
 
 impl Waiters {
@@ -197,6 +202,7 @@ impl Waiters {
             shared,
             commands: tx,
             ack_timeout,
+            sharded: std::sync::OnceLock::new(),
         })
     }
 
@@ -230,6 +236,55 @@ impl Waiters {
         sub
     }
 
+    /// Starts the subscriber of shard channels (a cluster with sharded pub/sub): its messages
+    /// wake waiters like classic ones, and channels it had to move wake every waiter.
+    pub(crate) fn start_sharded(&self, source: ShardSource, rt: &tokio::runtime::Handle) {
+        let (to, wake) = (self.shared.clone(), self.shared.clone());
+        let hooks = ShardHooks {
+            dispatch: Box::new(move |channel, message| to.dispatch(channel, message)),
+            resubscribed: Box::new(move || wake.wake_all()),
+            ack_timeout: self.ack_timeout,
+        };
+        let _ = self.sharded.set(ShardSubscriber::start(source, hooks, rt));
+    }
+
+    /// [`Waiters::subscribe`] for a shard channel (SSUBSCRIBE on the cluster node serving its
+    /// slot, see `shard_subscriber.rs`); a classic subscription where there is no shard
+    /// subscriber.
+    pub(crate) async fn subscribe_sharded(&self, channel: &str) -> Subscription {
+        let Some(shards) = self.sharded.get() else {
+            return self.subscribe(channel).await;
+        };
+        let (ack_tx, ack_rx) = oneshot::channel();
+        let mut sub = {
+            let mut map = self.shared.channels();
+            let ch = map.entry(channel.to_owned()).or_insert_with(|| Channel {
+                refs: 0,
+                state: Arc::new(ChannelState {
+                    notify: Notify::new(),
+                    messages: Default::default(),
+                    confirmed_on: AtomicU64::new(0),
+                }),
+            });
+            ch.refs += 1;
+            shards.subscribe(channel, ack_tx);
+            Subscription {
+                shared: self.shared.clone(),
+                commands: self.commands.clone(),
+                channel: channel.to_owned(),
+                state: ch.state.clone(),
+                sharded: None,
+            }
+        };
+        sub.sharded = Some(shards.clone());
+        if let Ok(Ok(true)) = tokio::time::timeout(self.ack_timeout, ack_rx).await {
+            // Confirmed by the node serving the slot; read like a classic confirmation.
+            let epoch = self.shared.epoch.load(Ordering::Acquire);
+            sub.state.confirmed_on.store(epoch, Ordering::Release);
+        }
+        sub
+    }
+
     fn register(&self, channel: &str, ack: oneshot::Sender<bool>) -> Subscription {
         let mut map = self.shared.channels();
         let ch = map.entry(channel.to_owned()).or_insert_with(|| Channel {
@@ -253,6 +308,7 @@ impl Waiters {
             commands: self.commands.clone(),
             channel: channel.to_owned(),
             state: ch.state.clone(),
+            sharded: None,
         }
     }
 }
@@ -294,9 +350,14 @@ impl Drop for Subscription {
             ch.refs -= 1;
             if ch.refs == 0 {
                 map.remove(&self.channel);
-                let _ = self
-                    .commands
-                    .send(Command::Unsubscribe(self.channel.clone()));
+                match &self.sharded {
+                    Some(shards) => shards.unsubscribe(&self.channel),
+                    None => {
+                        let _ = self
+                            .commands
+                            .send(Command::Unsubscribe(self.channel.clone()));
+                    }
+                }
             }
         }
     }

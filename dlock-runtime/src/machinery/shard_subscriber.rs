@@ -1,0 +1,437 @@
+//! Sharded pub/sub on a cluster: SSUBSCRIBE each channel on the master serving its slot, and
+//! keep it there across failovers and slot moves.
+//!
+//! Redisson publishes its lock messages with SPUBLISH on a Redis 7 cluster (its sharded mode
+//! AUTO). A shard message reaches only the subscribers of the node serving the channel's slot,
+//! so one classic subscriber connection is not enough: this task holds one RESP3 connection per
+//! master that has channels, subscribes each channel where its slot lives, and moves it when the
+//! slot moves. redis-rs's cluster connection drops sharded subscriptions on a failover, so this
+//! does not rely on it; it repairs them itself:
+//!
+//! * a node connection that drops (a push `Disconnection`) or a server-sent `sunsubscribe` (the
+//!   node lost the slot) marks its channels unplaced at once;
+//! * while any channel is subscribed, the slot map is read every `check_interval`; a channel
+//!   whose slot is now served by another master is subscribed there;
+//! * after channels were moved, every waiter is woken (`resubscribed`) once the slot map has
+//!   held still for one check: a release published while its channel was nowhere was missed,
+//!   so waiters retry instead of sleeping to the holder's PTTL (and not while the cluster is
+//!   still moving, when the retry itself would fail).
+//!
+//! Every round trip is bounded by the ack timeout; a subscription that cannot be placed is
+//! acknowledged as unconfirmed, and its waiters fall back to PTTL-bounded sleeps until the next
+//! check places it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::conn::Pool;
+use crate::backend::names::cluster_slot;
+use crate::backend::topology::Topology;
+
+/// A master's address.
+type Node = (String, u16);
+
+/// Reads the slot map now: first slot, last slot, master address.
+pub(crate) type SlotSource =
+    Arc<dyn Fn() -> BoxFuture<'static, Option<Vec<(u16, u16, String, u16)>>> + Send + Sync>;
+
+/// Where and how the shard subscriber connects.
+pub(crate) struct ShardSource {
+    /// The cluster's slot map, read on demand.
+    pub(crate) slots: SlotSource,
+    /// A client of one node: its credentials and TLS settings are reused for every node.
+    pub(crate) template: redis::Client,
+    pub(crate) connect_timeout: Duration,
+    /// How often the slot map is read while channels are subscribed.
+    pub(crate) check_interval: Duration,
+    pub(crate) stop: CancellationToken,
+}
+
+/// Receives a message heard on a channel: (channel, message).
+pub(crate) type Dispatch = Box<dyn Fn(&str, String) + Send + Sync>;
+
+/// What the shard subscriber tells its owner.
+pub(crate) struct ShardHooks {
+    /// A message on a channel.
+    pub(crate) dispatch: Dispatch,
+    /// Channels were moved to another node: messages may have been missed.
+    pub(crate) resubscribed: Box<dyn Fn() + Send + Sync>,
+    /// Bound on each SSUBSCRIBE / SUNSUBSCRIBE round trip.
+    pub(crate) ack_timeout: Duration,
+}
+
+/// Where the shard subscriber of a cluster connects: the seeds' credentials and TLS settings,
+/// the slot map read through the command connections; `None` without a seed.
+pub(crate) fn source(
+    topology: &Topology,
+    pool: &Arc<Pool>,
+    connect_timeout: Duration,
+    stop: &CancellationToken,
+) -> Option<ShardSource> {
+    let template = (topology.pubsub_source(pool))().into_iter().next()?;
+    let pool = pool.clone();
+    let slots: SlotSource = Arc::new(move || {
+        let mut conn = pool.get();
+        Box::pin(async move {
+            let masters = conn.slot_masters().await?;
+            let masters = masters.into_iter();
+            Some(
+                masters
+                    .map(|(lo, hi, n)| (lo, hi, n.host().to_owned(), n.port()))
+                    .collect(),
+            )
+        })
+    });
+    Some(ShardSource {
+        slots,
+        template,
+        connect_timeout,
+        check_interval: CHECK_INTERVAL,
+        stop: stop.clone(),
+    })
+}
+
+/// How often the slot map is read while channels are subscribed: a failover moves a channel's
+/// slot, and its waiters hear nothing until it is subscribed on the new master.
+const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Whether the deployment has sharded pub/sub: Redisson's test (`PUBSUB SHARDNUMSUB` succeeds).
+pub(crate) async fn supported(pool: &Pool) -> bool {
+    let mut conn = pool.get();
+    let mut cmd = redis::cmd("PUBSUB");
+    cmd.arg("SHARDNUMSUB");
+    let probe = cmd.query_async::<redis::Value>(&mut conn);
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), probe).await,
+        Ok(Ok(_))
+    )
+}
+
+enum Command {
+    Subscribe(String, oneshot::Sender<bool>),
+    Unsubscribe(String),
+}
+
+/// The handle: sends subscribe and unsubscribe requests to the task.
+#[derive(Clone)]
+pub(crate) struct ShardSubscriber {
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl ShardSubscriber {
+    /// Starts the task on `rt`; it ends with `source.stop` or when every handle is gone.
+    pub(crate) fn start(
+        source: ShardSource,
+        hooks: ShardHooks,
+        rt: &tokio::runtime::Handle,
+    ) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let stop = source.stop.clone();
+        let task = Task {
+            source,
+            hooks,
+            commands: rx,
+            events_tx,
+            events,
+            ranges: Vec::new(),
+            conns: HashMap::new(),
+            opened: 0,
+            channels: HashMap::new(),
+            wake_pending: false,
+        };
+        rt.spawn(async move { stop.run_until_cancelled(task.run()).await });
+        ShardSubscriber { commands: tx }
+    }
+
+    /// Subscribes `channel`; `ack` learns whether the node confirmed it.
+    pub(crate) fn subscribe(&self, channel: &str, ack: oneshot::Sender<bool>) {
+        let _ = self
+            .commands
+            .send(Command::Subscribe(channel.to_owned(), ack));
+    }
+
+    pub(crate) fn unsubscribe(&self, channel: &str) {
+        let _ = self.commands.send(Command::Unsubscribe(channel.to_owned()));
+    }
+}
+
+struct Task {
+    source: ShardSource,
+    hooks: ShardHooks,
+    commands: mpsc::UnboundedReceiver<Command>,
+    /// Pushes of every node connection, tagged with the node and the connection's number.
+    events_tx: mpsc::UnboundedSender<(Node, u64, PushInfo)>,
+    events: mpsc::UnboundedReceiver<(Node, u64, PushInfo)>,
+    /// The slot map as last read.
+    ranges: Vec<(u16, u16, Node)>,
+    /// One connection per master, numbered so a late push of a replaced one is told apart.
+    conns: HashMap<Node, (u64, redis::aio::MultiplexedConnection)>,
+    opened: u64,
+    /// Subscribed channels and the node they are subscribed on (`None`: nowhere right now).
+    channels: HashMap<String, Option<Node>>,
+    /// Channels were moved: wake every waiter at the next check that finds nothing to move.
+    wake_pending: bool,
+}
+
+impl Task {
+    async fn run(mut self) {
+        let interval = self.source.check_interval;
+        let mut next_check = Instant::now() + interval;
+        loop {
+            let mut check = false;
+            tokio::select! {
+                cmd = self.commands.recv() => match cmd {
+                    None => return,
+                    Some(Command::Subscribe(channel, ack)) => {
+                        let placed = self.place(&channel, false).await;
+                        let _ = ack.send(placed);
+                    }
+                    Some(Command::Unsubscribe(channel)) => self.unsubscribe(&channel).await,
+                },
+                Some((node, serial, push)) = self.events.recv() => {
+                    check = self.on_push(node, serial, push);
+                }
+                // Only while channels are subscribed: an idle client reads no slot map.
+                _ = tokio::time::sleep_until(next_check), if !self.channels.is_empty() => {
+                    next_check = Instant::now() + interval;
+                    check = true;
+                }
+            }
+            if check {
+                self.repair().await;
+            }
+        }
+    }
+
+    /// Handles one push of a node connection; true when channels must be placed again.
+    fn on_push(&mut self, node: Node, serial: u64, push: PushInfo) -> bool {
+        match push.kind {
+            PushKind::SMessage | PushKind::Message => {
+                let text = |v: Option<&Value>| match v {
+                    Some(Value::BulkString(b)) => String::from_utf8(b.clone()).ok(),
+                    Some(Value::SimpleString(s)) => Some(s.clone()),
+                    _ => None,
+                };
+                if let (Some(channel), Some(message)) =
+                    (text(push.data.first()), text(push.data.get(1)))
+                {
+                    (self.hooks.dispatch)(&channel, message);
+                }
+                false
+            }
+            PushKind::Disconnection => {
+                if self.conns.get(&node).map(|(n, _)| *n) != Some(serial) {
+                    return false; // a connection replaced already
+                }
+                // Its channels hear nothing now: place them again (on a fresh connection).
+                self.conns.remove(&node);
+                self.unplace(|on| on == &node)
+            }
+            // The node dropped shard subscriptions itself (it no longer serves their slot);
+            // after a SUNSUBSCRIBE of ours the channel is gone from the map already.
+            PushKind::SUnsubscribe => {
+                let channel = match push.data.first() {
+                    Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                    _ => return false,
+                };
+                match self.channels.get_mut(&channel) {
+                    Some(on) if on.as_ref() == Some(&node) => {
+                        *on = None;
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            _ => false,
+        }
+    }
+
+    /// Marks the channels placed on a node `lost` says is gone as unplaced; true if any was.
+    fn unplace(&mut self, lost: impl Fn(&Node) -> bool) -> bool {
+        let mut any = false;
+        for on in self.channels.values_mut() {
+            if on.as_ref().is_some_and(&lost) {
+                *on = None;
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// Reads the slot map and subscribes every channel not on its slot's master; wakes every
+    /// waiter if one moved.
+    async fn repair(&mut self) {
+        if !self.refresh().await {
+            return;
+        }
+        let misplaced: Vec<String> = self
+            .channels
+            .iter()
+            .filter(|(ch, on)| on.as_ref() != self.owner(ch))
+            .map(|(ch, _)| ch.clone())
+            .collect();
+        if misplaced.is_empty() {
+            // The map held still for a whole check since channels moved: the cluster has
+            // settled, so the waiters' retries can reach the new masters.
+            if std::mem::take(&mut self.wake_pending) {
+                (self.hooks.resubscribed)();
+            }
+            return;
+        }
+        for channel in &misplaced {
+            if self.place(channel, true).await {
+                // Woken once a channel is live again and the map has held still for one check
+                // (see above): a retry while the slot's master is still down or just being
+                // replaced (a master killed, its replica promoted) fails instead of waiting.
+                self.wake_pending = true;
+            }
+        }
+        tracing::debug!(
+            channels = misplaced.len(),
+            "dlock: shard subscriptions moved"
+        );
+    }
+
+    /// Subscribes `channel` on its slot's master (reading the slot map first if `fresh` is
+    /// false and none is known, or if the node answers MOVED). True when confirmed.
+    async fn place(&mut self, channel: &str, fresh: bool) -> bool {
+        if self.ranges.is_empty() && !fresh {
+            self.refresh().await;
+        }
+        let ack_timeout = self.hooks.ack_timeout;
+        for attempt in 0..2 {
+            if attempt > 0 && !self.refresh().await {
+                break;
+            }
+            let Some(node) = self.owner(channel).cloned() else {
+                continue;
+            };
+            let Some(conn) = self.connect(&node).await else {
+                continue;
+            };
+            let mut cmd = redis::cmd("SSUBSCRIBE");
+            cmd.arg(channel);
+            let reply = tokio::time::timeout(ack_timeout, cmd.query_async::<Value>(conn)).await;
+            match reply {
+                Ok(Ok(_)) => {
+                    self.channels.insert(channel.to_owned(), Some(node));
+                    return true;
+                }
+                // MOVED (the map was stale) or another refusal: read the map and try again.
+                Ok(Err(e)) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                    tracing::debug!(channel, error = %e, "dlock: SSUBSCRIBE refused");
+                }
+                _ => {
+                    self.conns.remove(&node);
+                }
+            }
+        }
+        self.channels.insert(channel.to_owned(), None);
+        false
+    }
+
+    async fn unsubscribe(&mut self, channel: &str) {
+        let Some(Some(node)) = self.channels.remove(channel) else {
+            return;
+        };
+        if let Some((_, conn)) = self.conns.get_mut(&node) {
+            let mut cmd = redis::cmd("SUNSUBSCRIBE");
+            cmd.arg(channel);
+            let reply =
+                tokio::time::timeout(self.hooks.ack_timeout, cmd.query_async::<Value>(conn)).await;
+            if !matches!(reply, Ok(Ok(_))) {
+                // A connection that cannot answer is replaced when next needed.
+                self.conns.remove(&node);
+                self.unplace(|on| on == &node);
+            }
+        }
+    }
+
+    /// The master serving `channel`'s slot in the map as last read.
+    fn owner(&self, channel: &str) -> Option<&Node> {
+        let slot = cluster_slot(channel);
+        self.ranges
+            .iter()
+            .find(|(lo, hi, _)| (*lo..=*hi).contains(&slot))
+            .map(|(_, _, node)| node)
+    }
+
+    /// Reads the slot map; false if no node answered.
+    async fn refresh(&mut self) -> bool {
+        let read = tokio::time::timeout(self.source.connect_timeout, (self.source.slots)()).await;
+        let Ok(Some(ranges)) = read else {
+            return false;
+        };
+        self.ranges = ranges
+            .into_iter()
+            .map(|(lo, hi, host, port)| (lo, hi, (host, port)))
+            .collect();
+        true
+    }
+
+    /// The connection to `node`, opened if there is none.
+    async fn connect(&mut self, node: &Node) -> Option<&mut redis::aio::MultiplexedConnection> {
+        if !self.conns.contains_key(node) {
+            self.opened += 1;
+            let conn = self.open(node, self.opened).await?;
+            self.conns.insert(node.clone(), (self.opened, conn));
+        }
+        self.conns.get_mut(node).map(|(_, conn)| conn)
+    }
+
+    async fn open(&self, node: &Node, serial: u64) -> Option<redis::aio::MultiplexedConnection> {
+        let info = self.source.template.get_connection_info().clone();
+        let addr = match info.addr() {
+            redis::ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => redis::ConnectionAddr::TcpTls {
+                host: node.0.clone(),
+                port: node.1,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => redis::ConnectionAddr::Tcp(node.0.clone(), node.1),
+        };
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let info = info.set_addr(addr).set_redis_settings(settings);
+        let client = redis::Client::open(info).ok()?;
+        let (tx, mut rx) = mpsc::unbounded_channel::<PushInfo>();
+        let config = redis::AsyncConnectionConfig::new()
+            .set_push_sender(tx)
+            .set_connection_timeout(Some(self.source.connect_timeout))
+            .set_response_timeout(Some(self.hooks.ack_timeout));
+        let conn = match client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+        {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::debug!(node = %format!("{}:{}", node.0, node.1), error = %e, "dlock: shard subscriber could not connect");
+                return None;
+            }
+        };
+        // Forwards this connection's pushes, tagged, until the connection is gone.
+        let (events, node) = (self.events_tx.clone(), node.clone());
+        tokio::spawn(async move {
+            while let Some(push) = rx.recv().await {
+                if events.send((node.clone(), serial, push)).is_err() {
+                    return;
+                }
+            }
+        });
+        Some(conn)
+    }
+}

@@ -1,0 +1,88 @@
+//! `#[distributed_lock(kind = "redisson" | "redisson_read" | "redisson_write")]`: the bodies run
+//! under Redisson's locks, which the Java side sees and respects.
+
+use std::time::Duration;
+
+use dlock::{distributed_lock, LockClient, LockError};
+
+use crate::common;
+use crate::java::{JavaClient, Side};
+use crate::lock::{assert_redisson_field, hgetall, only_redisson_keys};
+
+#[distributed_lock(key = "order:{id}", kind = "redisson", client = locks, wait = "5s")]
+async fn pay(locks: &LockClient, java: &JavaClient, url: &str, id: u32) -> Result<(), LockError> {
+    let mut conn = common::raw(url).await;
+    let fields = hgetall(&mut conn, &format!("order:{id}")).await;
+    assert_eq!(fields.len(), 1, "{fields:?}");
+    assert_redisson_field(&fields[0].0);
+    let name = format!("order:{id}");
+    assert!(
+        !java
+            .try_lock(&name, 1, Side::Plain, Duration::ZERO, None)
+            .await
+    );
+    Ok(())
+}
+
+#[distributed_lock(key = "doc:{id}", kind = "redisson_read", client = locks, wait = "5s")]
+async fn read_doc(locks: &LockClient, java: &JavaClient, id: u32) -> Result<(), LockError> {
+    let name = format!("doc:{id}");
+    // A Java reader joins; a Java writer is refused.
+    assert!(
+        java.try_lock(&name, 1, Side::Read, Duration::ZERO, None)
+            .await
+    );
+    assert!(
+        !java
+            .try_lock(&name, 2, Side::Write, Duration::ZERO, None)
+            .await
+    );
+    assert_eq!(java.unlock(&name, 1, Side::Read).await, Ok(false));
+    Ok(())
+}
+
+#[distributed_lock(key = "doc:{id}", kind = "redisson_write", client = locks, wait = "5s")]
+async fn write_doc(locks: &LockClient, java: &JavaClient, id: u32) -> Result<(), LockError> {
+    let name = format!("doc:{id}");
+    assert!(
+        !java
+            .try_lock(&name, 1, Side::Read, Duration::ZERO, None)
+            .await
+    );
+    assert!(
+        !java
+            .try_lock(&name, 2, Side::Write, Duration::ZERO, None)
+            .await
+    );
+    // A redisson_read body on the same key inside the write body: a downgrade, as Redisson
+    // lets the write holder read.
+    read_doc_inside(locks, id).await
+}
+
+#[distributed_lock(key = "doc:{id}", kind = "redisson_read", client = locks, wait = "0s")]
+async fn read_doc_inside(locks: &LockClient, id: u32) -> Result<(), LockError> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_redisson_kinds_of_the_attribute_take_redissons_locks() {
+    let server = common::server();
+    let client = common::client(&server).await;
+    let java = JavaClient::single(&server.url(), Duration::from_secs(30)).await;
+    pay(&client, &java, &server.url(), 7).await.unwrap();
+    read_doc(&client, &java, 3).await.unwrap();
+    write_doc(&client, &java, 3).await.unwrap();
+    let mut conn = common::raw(&server.url()).await;
+    assert!(hgetall(&mut conn, "order:7").await.is_empty(), "released");
+    assert!(hgetall(&mut conn, "doc:3").await.is_empty(), "released");
+    only_redisson_keys(&mut conn, &["order:7", "doc:3"]).await;
+    // Java takes both once the bodies are done.
+    assert!(
+        java.try_lock("order:7", 1, Side::Plain, Duration::ZERO, None)
+            .await
+    );
+    assert!(
+        java.try_lock("doc:3", 1, Side::Write, Duration::ZERO, None)
+            .await
+    );
+}
