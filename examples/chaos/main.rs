@@ -32,7 +32,8 @@
 //!   client's connections, and restarts with the AOF and without it; CLIENT KILL (normal or
 //!   pubsub), SCRIPT FLUSH + FUNCTION FLUSH, DEBUG SLEEP; on sentinel and cluster also a
 //!   manual failover, SIGSTOP of a primary, and SIGKILL of a primary (the harness does not
-//!   restart a killed primary, so each can be killed once). No clock jumps. After the fault
+//!   restart a killed primary, and its shard cannot fail over again, so kills come only in the
+//!   last quarter of the fault phase). No clock jumps. After the fault
 //!   phase the clients run 10 s more without faults, then are told to stop (their stdin
 //!   closes), release what they hold and shut their clients down.
 //! * **Clock**: every event is stamped with `CLOCK_MONOTONIC`, which is one clock for every

@@ -101,6 +101,13 @@ impl<'a> Nemesis<'a> {
                     hit
                 })
                 .map_or("pause", |(k, _)| *k);
+            // A killed primary stays dead (the harness cannot restart it), and with it the
+            // failovers of its shard: kill only in the last quarter of the fault phase.
+            let kind = if kind == "kill_master" && self.rec.now() < self.until / 4 * 3 {
+                "failover"
+            } else {
+                kind
+            };
             let client = self.rng.range(0, self.clients_count() as u64 - 1) as usize;
             let master = self.rng.range(0, 2) as usize;
             let length = Duration::from_millis(self.rng.range(300, 4_000));
@@ -186,9 +193,11 @@ impl<'a> Nemesis<'a> {
     fn pause_client(&mut self, client: usize, length: Duration) -> Outcome {
         self.signal(client, Signal::STOP)?;
         sleep(length);
-        // However the pause went, the client must run again.
+        // Stamped before SIGCONT: the client may record its first event before this thread
+        // gets to write anything after the signal.
+        let cont = self.rec.now();
         self.signal(client, Signal::CONT)?;
-        Ok((None, false))
+        Ok((Some(cont), false))
     }
 
     fn signal(&self, client: usize, signal: Signal) -> Result<(), String> {
