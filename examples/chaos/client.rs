@@ -11,6 +11,7 @@ use std::time::Duration;
 use dlock::fence::{self, Outcome};
 use dlock::redis::aio::MultiplexedConnection;
 use dlock::{LockClient, LockClientBuilder, LockError, LockGuard, Permit};
+use futures_util::FutureExt;
 
 use crate::history::{Ev, Recorder};
 use crate::rng::Rng;
@@ -335,6 +336,10 @@ async fn one_op(
         })
     };
 
+    // Polled once, at a cancel: its first poll reads `is_lost()` (the guard is inside the
+    // body by then), so a hold that ran out while the process was stopped is recorded lost
+    // before the cancel, as the other endings look first too.
+    let peek = held.lost();
     let fenced = mode != "read" && mode != "sem";
     let id = args.id;
     let body = {
@@ -387,6 +392,9 @@ async fn one_op(
     match held {
         // Cancelled: the body future, and with it the guard, is dropped mid-hold.
         None => {
+            if peek.now_or_never().is_some() {
+                lost.record();
+            }
             rec.record(
                 &rec.event(Ev::ReleaseStart)
                     .op(op)
