@@ -1,0 +1,266 @@
+//! The checker on hand-made histories: each violation kind flagged, clean ones accepted.
+use super::*;
+
+const S: u64 = 1_000_000_000;
+
+fn cfg() -> Config {
+    Config {
+        permits: 2,
+        liveness_ns: 8 * S,
+        loss_grace_ns: 5 * S,
+    }
+}
+
+fn ev(t: u64, p: i32, ev: Ev, op: u64, lock: &str, mode: &str) -> Event {
+    Event::new(t, p, ev).op(op).lock(lock, mode)
+}
+
+/// A hold granted at `from`, released at `to` (in ms), with `token`.
+fn hold(p: i32, op: u64, lock: &str, mode: &str, from: u64, to: u64, token: u64) -> Vec<Event> {
+    let ms = 1_000_000;
+    let token = (mode != "sem").then_some(token);
+    vec![
+        ev(from * ms - ms / 2, p, Ev::Invoke, op, lock, mode),
+        ev(from * ms, p, Ev::Ok, op, lock, mode).token(token),
+        ev(to * ms, p, Ev::ReleaseStart, op, lock, mode).detail("release"),
+        ev(to * ms + ms / 2, p, Ev::Released, op, lock, mode).detail("ok"),
+    ]
+}
+
+fn fence(
+    p: i32,
+    op: u64,
+    lock: &str,
+    sent_ms: u64,
+    acked_ms: u64,
+    token: u64,
+    outcome: &str,
+) -> Vec<Event> {
+    let mut e = ev(acked_ms * 1_000_000, p, Ev::Fence, op, lock, "plain")
+        .token(Some(token))
+        .detail(outcome);
+    e.at = Some(sent_ms * 1_000_000);
+    vec![e]
+}
+
+fn fault(id: u64, kind: &str, target: &str, from_ms: u64, to_ms: u64, loss: bool) -> Vec<Event> {
+    let mut end = Event::new(to_ms * 1_000_000, NEMESIS, Ev::FaultEnd).op(id);
+    end.data_loss = loss;
+    vec![
+        Event::new(from_ms * 1_000_000, NEMESIS, Ev::FaultStart)
+            .op(id)
+            .detail(kind)
+            .target(target),
+        end,
+    ]
+}
+
+fn run(parts: Vec<Vec<Event>>) -> Report {
+    let mut events: Vec<Event> = parts.into_iter().flatten().collect();
+    events.sort_by_key(|e| (e.t, e.p));
+    check(&events, Some(&[]), &cfg())
+}
+
+fn properties(r: &Report) -> Vec<&'static str> {
+    r.violations.iter().map(|v| v.property).collect()
+}
+
+#[test]
+fn accepts_a_clean_history() {
+    let r = run(vec![
+        hold(0, 1, "plain:0", "plain", 10, 100, 1024),
+        fence(0, 1, "plain:0", 20, 21, 1024, "written"),
+        hold(1, 1, "plain:0", "plain", 101, 200, 2048),
+        fence(1, 1, "plain:0", 110, 111, 2048, "written"),
+        // The first holder's late write is refused: that is the fence working.
+        fence(0, 1, "plain:0", 150, 151, 1024, "stale"),
+        hold(2, 1, "rw:0", "read", 10, 100, 4096),
+        hold(3, 1, "rw:0", "read", 20, 150, 4096),
+        hold(4, 1, "rw:0", "write", 151, 160, 5120),
+        hold(0, 2, "sem:0", "sem", 10, 100, 0),
+        hold(1, 2, "sem:0", "sem", 20, 100, 0),
+        hold(2, 2, "sem:0", "sem", 100, 120, 0),
+    ]);
+    assert!(r.is_clean(), "{:#?}", r.violations);
+    assert_eq!(r.holds.len(), 8);
+}
+
+#[test]
+fn flags_an_overlap_of_two_believed_holds() {
+    let r = run(vec![
+        hold(0, 1, "plain:0", "plain", 10, 100, 1024),
+        hold(1, 1, "plain:0", "plain", 90, 200, 2048),
+    ]);
+    assert_eq!(properties(&r), ["mutual exclusion"]);
+    assert!(
+        r.violations[0].text.contains("for 0.010s"),
+        "{}",
+        r.violations[0].text
+    );
+    // A reader beside a writer is one too.
+    let r = run(vec![
+        hold(0, 1, "rw:0", "write", 10, 100, 1024),
+        hold(1, 1, "rw:0", "read", 50, 200, 2048),
+    ]);
+    assert_eq!(properties(&r), ["mutual exclusion"]);
+}
+
+#[test]
+fn a_hold_ends_at_its_loss() {
+    let mut first = hold(0, 1, "plain:0", "plain", 10, 100, 1024);
+    first.push(ev(60_000_000, 0, Ev::Lost, 1, "plain:0", "plain"));
+    let r = run(vec![first, hold(1, 1, "plain:0", "plain", 70, 200, 2048)]);
+    assert!(r.is_clean(), "{:#?}", r.violations);
+}
+
+#[test]
+fn a_paused_hold_that_wakes_up_lost_ends_at_the_pause() {
+    // c0 is stopped at 50 ms and continued at 300 ms; the first thing its hold shows then
+    // is the loss, so c1's grant at 200 ms is no overlap.
+    let mut first = hold(0, 1, "plain:0", "plain", 10, 320, 1024);
+    first.push(ev(305_000_000, 0, Ev::Lost, 1, "plain:0", "plain"));
+    let r = run(vec![
+        first.clone(),
+        fault(1, "pause", "c0", 50, 300, false),
+        hold(1, 1, "plain:0", "plain", 200, 250, 2048),
+    ]);
+    assert!(r.is_clean(), "{:#?}", r.violations);
+    // Without the pause it is an overlap.
+    let r = run(vec![first, hold(1, 1, "plain:0", "plain", 200, 250, 2048)]);
+    assert_eq!(properties(&r), ["mutual exclusion"]);
+    // So is a hold that acted after SIGCONT before it looked.
+    let mut acted = hold(0, 1, "plain:0", "plain", 10, 320, 1024);
+    acted.extend(fence(0, 1, "plain:0", 301, 302, 1024, "written"));
+    acted.push(ev(305_000_000, 0, Ev::Lost, 1, "plain:0", "plain"));
+    let r = run(vec![
+        acted,
+        fault(1, "pause", "c0", 50, 300, false),
+        hold(1, 1, "plain:0", "plain", 200, 250, 2048),
+    ]);
+    assert_eq!(properties(&r), ["mutual exclusion"]);
+}
+
+#[test]
+fn a_killed_process_holds_nothing() {
+    let r = run(vec![
+        vec![ev(10_000_000, 0, Ev::Ok, 1, "plain:0", "plain").token(Some(1024))],
+        fault(1, "kill", "c0", 50, 60, false),
+        hold(1, 1, "plain:0", "plain", 100, 200, 2048),
+    ]);
+    assert!(r.is_clean(), "{:#?}", r.violations);
+}
+
+#[test]
+fn counts_overlaps_inside_a_data_loss_window_apart() {
+    let r = run(vec![
+        hold(0, 1, "plain:0", "plain", 10, 400, 1024),
+        fault(1, "restart_empty", "port 1", 100, 150, true),
+        hold(1, 1, "plain:0", "plain", 160, 300, 2048),
+    ]);
+    assert!(r.is_clean(), "{:#?}", r.violations);
+    assert_eq!(r.explained.len(), 1);
+    // The same overlap without data loss is a violation.
+    let r = run(vec![
+        hold(0, 1, "plain:0", "plain", 10, 400, 1024),
+        fault(1, "restart_aof", "port 1", 100, 150, false),
+        hold(1, 1, "plain:0", "plain", 160, 300, 2048),
+    ]);
+    assert_eq!(properties(&r), ["mutual exclusion"]);
+    // And two holds both granted long after the window are not explained by it.
+    let r = run(vec![
+        fault(1, "restart_empty", "port 1", 100, 150, true),
+        hold(0, 1, "plain:0", "plain", 6_000, 6_400, 4096),
+        hold(1, 1, "plain:0", "plain", 6_100, 6_300, 5120),
+    ]);
+    assert_eq!(properties(&r), ["mutual exclusion"]);
+}
+
+#[test]
+fn flags_a_token_going_backwards_in_grant_order() {
+    let r = run(vec![
+        hold(0, 1, "plain:0", "plain", 10, 100, 2048),
+        hold(1, 1, "plain:0", "plain", 110, 200, 1024),
+    ]);
+    assert_eq!(properties(&r), ["fencing"]);
+    // A reader below the writer before it (what a data-loss failover once did).
+    let r = run(vec![
+        hold(0, 1, "rw:0", "write", 10, 100, 2048),
+        hold(1, 1, "rw:0", "read", 110, 200, 1024),
+    ]);
+    assert_eq!(properties(&r), ["fencing"]);
+    // Two readers may share a token; a writer after them may not reuse it.
+    let r = run(vec![
+        hold(0, 1, "rw:0", "read", 10, 100, 2048),
+        hold(1, 1, "rw:0", "read", 110, 200, 2048),
+    ]);
+    assert!(r.is_clean(), "{:#?}", r.violations);
+    let r = run(vec![
+        hold(0, 1, "rw:0", "read", 10, 100, 2048),
+        hold(1, 1, "rw:0", "write", 110, 200, 2048),
+    ]);
+    assert_eq!(properties(&r), ["fencing"]);
+}
+
+#[test]
+fn flags_a_superseded_holds_write_accepted() {
+    let r = run(vec![
+        hold(0, 1, "plain:0", "plain", 10, 100, 1024),
+        hold(1, 1, "plain:0", "plain", 101, 200, 2048),
+        fence(1, 1, "plain:0", 110, 111, 2048, "written"),
+        fence(0, 1, "plain:0", 150, 151, 1024, "written"),
+    ]);
+    assert_eq!(properties(&r), ["fencing"]);
+    assert!(r.violations[0].text.contains("superseded"));
+    // Sent before the higher write was acknowledged: either order is fine.
+    let r = run(vec![
+        hold(0, 1, "plain:0", "plain", 10, 100, 1024),
+        hold(1, 1, "plain:0", "plain", 101, 200, 2048),
+        fence(1, 1, "plain:0", 110, 120, 2048, "written"),
+        fence(0, 1, "plain:0", 115, 125, 1024, "written"),
+    ]);
+    assert!(r.is_clean(), "{:#?}", r.violations);
+}
+
+#[test]
+fn flags_more_semaphore_holders_than_permits() {
+    let r = run(vec![
+        hold(0, 1, "sem:0", "sem", 10, 100, 0),
+        hold(1, 1, "sem:0", "sem", 20, 100, 0),
+        hold(2, 1, "sem:0", "sem", 30, 100, 0),
+    ]);
+    assert_eq!(properties(&r), ["semaphore"]);
+}
+
+#[test]
+fn flags_a_stranded_key_and_ignores_counters_and_latches() {
+    let keys = [
+        "dlock:{plain%3A0}".to_owned(),
+        "dlock:{plain%3A1}:fence".to_owned(),
+        "dlock:{plain%3A1}:latch:abc".to_owned(),
+        "dlock:{fair%3A0}:fair:queue".to_owned(),
+    ];
+    let v = stranded(&keys);
+    assert_eq!(v.len(), 2);
+    assert!(v[0].text.contains("dlock:{plain%3A0}"));
+    let events = hold(0, 1, "plain:0", "plain", 10, 100, 1024);
+    let r = check(&events, Some(&keys), &cfg());
+    assert_eq!(properties(&r), ["nothing stranded", "nothing stranded"]);
+}
+
+#[test]
+fn flags_a_client_not_granted_after_the_last_fault() {
+    let mut late = vec![
+        hold(0, 1, "plain:0", "plain", 10, 100, 1024),
+        hold(1, 1, "plain:0", "plain", 200, 300, 2048),
+        fault(1, "freeze", "c1", 1_000, 2_000, false),
+        hold(0, 2, "plain:0", "plain", 2_100, 2_200, 4096),
+        hold(1, 2, "plain:0", "plain", 12_000, 12_100, 5120),
+    ];
+    late.push(vec![
+        Event::new(13_000_000_000, NEMESIS, Ev::Note).detail("stop")
+    ]);
+    let r = run(late);
+    assert_eq!(properties(&r), ["liveness"]);
+    assert!(r.violations[0].text.contains("c1"));
+    assert_eq!(r.liveness[&0], Some(100_000_000));
+}

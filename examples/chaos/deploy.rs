@@ -1,0 +1,219 @@
+//! The Redis deployment under test, started through `dlock::testing`, and the runner's own
+//! look at it: who is primary now, and whether a failover has settled.
+
+use std::io;
+use std::time::Duration;
+
+use dlock::redis::{self, Value};
+use dlock::testing::{Persistence, RedisCluster, RedisSentinel, RedisServer, Role};
+
+use crate::Topology;
+
+/// How long one admin command may take (a DEBUG SLEEP's caller waits longer: see `call`).
+const ASK: Duration = Duration::from_secs(2);
+
+pub enum Deployment {
+    /// With AOF (`appendfsync always`), so a restart can keep every acknowledged write.
+    Single(RedisServer),
+    /// A primary, a replica and three sentinels.
+    Sentinel(RedisSentinel),
+    /// Three masters, one replica each.
+    Cluster(RedisCluster),
+}
+
+impl Deployment {
+    pub fn start(topology: Topology) -> io::Result<Self> {
+        Ok(match topology {
+            Topology::Single => {
+                Deployment::Single(RedisServer::start_persistent(Persistence::Aof)?)
+            }
+            Topology::Sentinel => Deployment::Sentinel(RedisSentinel::start()?),
+            Topology::Cluster => Deployment::Cluster(RedisCluster::start(3, 1)?),
+        })
+    }
+
+    /// What a client is given: the server, the sentinels, or the cluster's seeds.
+    pub fn urls(&self) -> Vec<String> {
+        match self {
+            Deployment::Single(s) => vec![s.url()],
+            Deployment::Sentinel(s) => s.sentinel_urls(),
+            Deployment::Cluster(c) => c.urls(),
+        }
+    }
+
+    pub fn master_name(&self) -> String {
+        match self {
+            Deployment::Sentinel(s) => s.master_name().to_owned(),
+            _ => String::new(),
+        }
+    }
+
+    /// The ports that take writes now (by master number on a cluster).
+    pub fn masters(&self) -> io::Result<Vec<u16>> {
+        match self {
+            Deployment::Single(s) => Ok(vec![s.port()]),
+            Deployment::Sentinel(s) => Ok(vec![port_of(&s.master_url()?)]),
+            Deployment::Cluster(c) => Ok(c.masters()?.iter().map(|n| n.port).collect()),
+        }
+    }
+
+    /// Whether the deployment is quiet: every sentinel sees the same primary with no down or
+    /// failover flag and every replica it lists (and reaches) answers ROLE as a replica; or
+    /// every cluster node reports `cluster_state:ok` and the role the cluster gives it.
+    pub fn settled(&self) -> Result<(), String> {
+        match self {
+            Deployment::Single(_) => Ok(()),
+            Deployment::Sentinel(s) => sentinel_settled(s),
+            Deployment::Cluster(c) => {
+                let nodes = c.nodes().map_err(|e| e.to_string())?;
+                for node in nodes {
+                    let info = text(call(node.port, &["CLUSTER", "INFO"], ASK)?);
+                    if !info.contains("cluster_state:ok") {
+                        return Err(format!("{}: cluster_state not ok", node.port));
+                    }
+                    let want = if node.role == Role::Master {
+                        "master"
+                    } else {
+                        "slave"
+                    };
+                    let role = role(node.port)?;
+                    if role != want {
+                        return Err(format!(
+                            "{} answers ROLE {role}, cluster says {want}",
+                            node.port
+                        ));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn sentinel_settled(set: &RedisSentinel) -> Result<(), String> {
+    let mut primary = None;
+    let mut replicas = Vec::new();
+    for url in set.sentinel_urls() {
+        let port = port_of(&url);
+        let master = pairs(call(port, &["SENTINEL", "MASTER", set.master_name()], ASK)?);
+        let field = |k: &str| {
+            master
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.clone())
+        };
+        if field("flags").as_deref() != Some("master") {
+            return Err(format!("sentinel {port}: flags {:?}", field("flags")));
+        }
+        let at = field("port");
+        if primary.is_some() && primary != at {
+            return Err(format!("sentinels disagree: {primary:?} / {at:?}"));
+        }
+        primary = at;
+        if replicas.is_empty() {
+            if let Value::Array(list) =
+                call(port, &["SENTINEL", "REPLICAS", set.master_name()], ASK)?
+            {
+                replicas = list.into_iter().map(pairs).collect();
+            }
+        }
+    }
+    for replica in replicas {
+        let field = |k: &str| {
+            replica
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.clone())
+        };
+        if field("flags").is_some_and(|f| f.contains("s_down")) {
+            continue; // a killed primary stays listed, down
+        }
+        let port: u16 = field("port").and_then(|p| p.parse().ok()).unwrap_or(0);
+        let role = role(port)?;
+        if role != "slave" {
+            return Err(format!("replica {port} still answers ROLE {role}"));
+        }
+    }
+    Ok(())
+}
+
+/// Runs one command on `127.0.0.1:port`, waiting up to `timeout` for the reply.
+pub fn call(port: u16, args: &[&str], timeout: Duration) -> Result<Value, String> {
+    let client =
+        redis::Client::open(format!("redis://127.0.0.1:{port}")).map_err(|e| e.to_string())?;
+    let mut con = client
+        .get_connection_with_timeout(ASK)
+        .map_err(|e| format!("{port}: {e}"))?;
+    con.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    redis::cmd(args[0])
+        .arg(&args[1..])
+        .query(&mut con)
+        .map_err(|e| format!("{port} {}: {e}", args.join(" ")))
+}
+
+/// Every key on the node matching `pattern` (SCAN, bounded to 10,000 rounds).
+pub fn scan(port: u16, pattern: &str) -> Result<Vec<String>, String> {
+    let mut keys = Vec::new();
+    let mut cursor = "0".to_owned();
+    for _ in 0..10_000 {
+        let reply = call(
+            port,
+            &["SCAN", &cursor, "MATCH", pattern, "COUNT", "1000"],
+            ASK,
+        )?;
+        let Value::Array(parts) = reply else {
+            return Err(format!("{port}: SCAN answered {reply:?}"));
+        };
+        let mut parts = parts.into_iter();
+        cursor = parts.next().map(text).unwrap_or_default();
+        if let Some(Value::Array(found)) = parts.next() {
+            keys.extend(found.into_iter().map(text));
+        }
+        if cursor == "0" {
+            break;
+        }
+    }
+    Ok(keys)
+}
+
+/// The first element of ROLE: `master`, `slave` or `sentinel`.
+fn role(port: u16) -> Result<String, String> {
+    match call(port, &["ROLE"], ASK)? {
+        Value::Array(parts) => Ok(parts.into_iter().next().map(text).unwrap_or_default()),
+        other => Err(format!("{port}: ROLE answered {other:?}")),
+    }
+}
+
+pub fn text(value: Value) -> String {
+    match value {
+        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+        Value::SimpleString(s) => s,
+        Value::VerbatimString { text, .. } => text,
+        Value::Int(i) => i.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// A RESP2 flat array (or RESP3 map) of field/value pairs.
+fn pairs(value: Value) -> Vec<(String, String)> {
+    match value {
+        Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|kv| match kv {
+                [k, v] => Some((text(k.clone()), text(v.clone()))),
+                _ => None,
+            })
+            .collect(),
+        Value::Map(items) => items.into_iter().map(|(k, v)| (text(k), text(v))).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The port of `redis://127.0.0.1:<port>`.
+pub fn port_of(url: &str) -> u16 {
+    url.rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0)
+}

@@ -1,0 +1,379 @@
+//! The nemesis: one fault at a time on a seeded schedule, each logged as `fault_start` /
+//! `fault_end` (with `data_loss` when it can have lost acknowledged writes).
+//!
+//! The schedule is the sequence of draws from the seed: which fault, whom it hits, how long
+//! it lasts, and the pause before the next one. A seed replays the same sequence; the times
+//! shift a little with how long each fault took to heal (a failover's settling, a restart).
+
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use rustix::process::Signal;
+
+use crate::deploy::{self, Deployment};
+use crate::history::{Ev, Recorder};
+use crate::proxy::Proxies;
+use crate::rng::Rng;
+use crate::runner::Clients;
+use crate::Topology;
+
+/// How long the nemesis waits for a failover to show after a pause or sleep of a primary
+/// (sentinels: 1 s to judge it down, then an election; cluster: 2 s node timeout).
+const FAILOVER_SHOWS_WITHIN: Duration = Duration::from_secs(8);
+/// How long a failover may take to settle before the fault is closed anyway (and noted).
+const SETTLE_BOUND: Duration = Duration::from_secs(30);
+
+/// What the nemesis works on.
+pub struct Nemesis<'a> {
+    pub topology: Topology,
+    pub deployment: &'a mut Deployment,
+    pub proxies: Option<&'a Proxies>,
+    pub clients: &'a std::sync::Mutex<Clients>,
+    pub rec: &'a Recorder,
+    pub rng: Rng,
+    /// Run time (ns) after which no fault starts.
+    pub until: u64,
+    next_id: u64,
+}
+
+/// The faults of each topology, with their weights.
+fn menu(topology: Topology) -> &'static [(&'static str, u64)] {
+    match topology {
+        Topology::Single => &[
+            ("pause", 10),
+            ("kill", 8),
+            ("freeze", 10),
+            ("delay", 6),
+            ("cut", 8),
+            ("restart_aof", 6),
+            ("restart_empty", 4),
+            ("client_kill", 8),
+            ("script_flush", 6),
+            ("debug_sleep", 6),
+        ],
+        Topology::Sentinel | Topology::Cluster => &[
+            ("pause", 10),
+            ("kill", 8),
+            ("client_kill", 8),
+            ("script_flush", 6),
+            ("debug_sleep", 8),
+            ("failover", 8),
+            ("pause_master", 6),
+            ("kill_master", 3),
+        ],
+    }
+}
+
+impl<'a> Nemesis<'a> {
+    pub fn new(
+        topology: Topology,
+        deployment: &'a mut Deployment,
+        proxies: Option<&'a Proxies>,
+        clients: &'a std::sync::Mutex<Clients>,
+        rec: &'a Recorder,
+        rng: Rng,
+        until: u64,
+    ) -> Self {
+        Nemesis {
+            topology,
+            deployment,
+            proxies,
+            clients,
+            rec,
+            rng,
+            until,
+            next_id: 0,
+        }
+    }
+
+    /// Runs faults until the fault phase ends.
+    pub fn run(&mut self) {
+        let menu = menu(self.topology);
+        let total: u64 = menu.iter().map(|(_, w)| w).sum();
+        loop {
+            let gap = Duration::from_millis(self.rng.range(300, 2_500));
+            let mut roll = self.rng.range(0, total - 1);
+            let kind = menu
+                .iter()
+                .find(|(_, w)| {
+                    let hit = roll < *w;
+                    roll = roll.saturating_sub(*w);
+                    hit
+                })
+                .map_or("pause", |(k, _)| *k);
+            // A killed primary stays dead (the harness cannot restart it), and with it the
+            // failovers of its shard: kill only in the last quarter of the fault phase.
+            let kind = if kind == "kill_master" && self.rec.now() < self.until / 4 * 3 {
+                "failover"
+            } else {
+                kind
+            };
+            let client = self.rng.range(0, self.clients_count() as u64 - 1) as usize;
+            let master = self.rng.range(0, 2) as usize;
+            let length = Duration::from_millis(self.rng.range(300, 4_000));
+            let variant = self.rng.chance(50);
+            if self.rec.now() + gap.as_nanos() as u64 >= self.until {
+                break;
+            }
+            sleep(gap);
+            self.fault(kind, client, master, length, variant);
+        }
+    }
+
+    fn clients_count(&self) -> usize {
+        self.clients.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    fn start(&mut self, kind: &str, target: String) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.rec.record(
+            &self
+                .rec
+                .event(Ev::FaultStart)
+                .op(id)
+                .detail(kind)
+                .target(target),
+        );
+        id
+    }
+
+    fn end(&self, id: u64, t: u64, data_loss: bool, note: Option<String>) {
+        let mut event = self.rec.event(Ev::FaultEnd).op(id);
+        event.t = t;
+        event.data_loss = data_loss;
+        event.detail = note;
+        self.rec.record(&event);
+    }
+
+    fn fault(&mut self, kind: &str, client: usize, master: usize, length: Duration, variant: bool) {
+        let target = match kind {
+            "pause" | "kill" | "freeze" | "delay" | "cut" => format!("c{client}"),
+            _ => self.master_target(master),
+        };
+        let id = self.start(kind, target);
+        let outcome = match kind {
+            "pause" => self.pause_client(client, length),
+            "kill" => self.kill_client(client, length),
+            "freeze" | "delay" | "cut" => self.partition(kind, client, length),
+            "restart_aof" | "restart_empty" => self.restart(kind == "restart_empty", length),
+            "client_kill" => self.on_master(master, |port| {
+                let kind = if variant { "normal" } else { "pubsub" };
+                deploy::call(
+                    port,
+                    &["CLIENT", "KILL", "TYPE", kind],
+                    Duration::from_secs(2),
+                )
+                .map(|_| ())
+            }),
+            "script_flush" => self.on_master(master, |port| {
+                deploy::call(port, &["SCRIPT", "FLUSH"], Duration::from_secs(2))?;
+                deploy::call(port, &["FUNCTION", "FLUSH"], Duration::from_secs(2)).map(|_| ())
+            }),
+            "debug_sleep" => self.stall_master(master, length, true),
+            "pause_master" => self.stall_master(master, length, false),
+            "failover" => self.failover(master),
+            "kill_master" => self.kill_master(master),
+            _ => Err(format!("unknown fault {kind}")),
+        };
+        let now = self.rec.now();
+        match outcome {
+            Ok((end, loss)) => self.end(id, end.unwrap_or(now), loss, None),
+            Err(e) => self.end(id, now, false, Some(format!("failed: {e}"))),
+        }
+    }
+
+    fn master_target(&self, master: usize) -> String {
+        match self.deployment.masters() {
+            Ok(ports) => format!("port {}", ports.get(master).or(ports.first()).unwrap_or(&0)),
+            Err(_) => "port ?".into(),
+        }
+    }
+
+    fn pause_client(&mut self, client: usize, length: Duration) -> Outcome {
+        self.signal(client, Signal::STOP)?;
+        sleep(length);
+        // Stamped before SIGCONT: the client may record its first event before this thread
+        // gets to write anything after the signal.
+        let cont = self.rec.now();
+        self.signal(client, Signal::CONT)?;
+        Ok((Some(cont), false))
+    }
+
+    fn signal(&self, client: usize, signal: Signal) -> Result<(), String> {
+        self.clients
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .signal(client, signal)
+            .map_err(|e| e.to_string())
+    }
+
+    fn kill_client(&mut self, client: usize, length: Duration) -> Outcome {
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        clients.kill(client).map_err(|e| e.to_string())?;
+        drop(clients);
+        sleep(length.min(Duration::from_secs(2)));
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        clients.restart(client).map_err(|e| e.to_string())?;
+        Ok((None, false))
+    }
+
+    fn partition(&mut self, kind: &str, client: usize, length: Duration) -> Outcome {
+        let proxies = self.proxies.ok_or("no proxies in this topology")?;
+        match kind {
+            "freeze" => {
+                proxies.freeze(client);
+                sleep(length);
+                proxies.thaw(client);
+            }
+            "delay" => {
+                proxies.delay(
+                    client,
+                    Duration::from_millis(50 + length.as_millis() as u64 / 8),
+                );
+                sleep(length);
+                proxies.delay(client, Duration::ZERO);
+            }
+            _ => {
+                if !proxies.cut(client) {
+                    return Err("the proxy did not close its connections within 5 s".into());
+                }
+            }
+        }
+        Ok((None, false))
+    }
+
+    /// Restarts the single server: with its AOF (nothing acknowledged is lost), or after
+    /// deleting it (everything is: a data-loss fault).
+    fn restart(&mut self, empty: bool, length: Duration) -> Outcome {
+        let Deployment::Single(server) = &mut *self.deployment else {
+            return Err("restart is for the single server".into());
+        };
+        server.kill();
+        if empty {
+            let _ = std::fs::remove_dir_all(server.dir().join("appendonlydir"));
+            let _ = std::fs::remove_file(server.dir().join("appendonly.aof"));
+            let _ = std::fs::remove_file(server.dir().join("dump.rdb"));
+        }
+        sleep(length.min(Duration::from_secs(1)));
+        server.restart().map_err(|e| e.to_string())?;
+        Ok((None, empty))
+    }
+
+    fn on_master(
+        &mut self,
+        master: usize,
+        action: impl FnOnce(u16) -> Result<(), String>,
+    ) -> Outcome {
+        let ports = self.deployment.masters().map_err(|e| e.to_string())?;
+        action(*ports.get(master).or(ports.first()).ok_or("no master")?)?;
+        Ok((None, false))
+    }
+
+    /// DEBUG SLEEP or SIGSTOP of a primary. Where replicas can take over, a stall long enough
+    /// makes them: then it is a data-loss fault (the stalled primary wakes believing it is
+    /// primary, and what it grants then is lost), which ends once the deployment settled.
+    fn stall_master(&mut self, master: usize, length: Duration, debug_sleep: bool) -> Outcome {
+        let before = self.deployment.masters().map_err(|e| e.to_string())?;
+        let port = *before.get(master).or(before.first()).ok_or("no master")?;
+        if debug_sleep {
+            let secs = format!("{:.3}", length.as_secs_f64());
+            deploy::call(
+                port,
+                &["DEBUG", "SLEEP", &secs],
+                length + Duration::from_secs(3),
+            )?;
+        } else {
+            let pid = self.pid_of(port).ok_or("no pid for the master")?;
+            let pid = rustix::process::Pid::from_raw(pid as i32).ok_or("bad pid")?;
+            rustix::process::kill_process(pid, Signal::STOP).map_err(|e| e.to_string())?;
+            sleep(length);
+            rustix::process::kill_process(pid, Signal::CONT).map_err(|e| e.to_string())?;
+        }
+        let woke = self.rec.now();
+        if matches!(self.deployment, Deployment::Single(_)) {
+            return Ok((None, false));
+        }
+        let shows = Instant::now();
+        while shows.elapsed() < FAILOVER_SHOWS_WITHIN {
+            if self.deployment.masters().is_ok_and(|now| now != before) {
+                return Ok((Some(self.settle()), true));
+            }
+            sleep(Duration::from_millis(200));
+        }
+        Ok((Some(woke), false))
+    }
+
+    fn pid_of(&self, port: u16) -> Option<u32> {
+        match &*self.deployment {
+            Deployment::Single(s) => s.pid(),
+            Deployment::Sentinel(s) => s.master_pid().ok(),
+            Deployment::Cluster(c) => c.server(port).and_then(|s| s.pid()),
+        }
+    }
+
+    /// Waits until the deployment settled (bounded), and returns when that was.
+    fn settle(&self) -> u64 {
+        let start = Instant::now();
+        while start.elapsed() < SETTLE_BOUND {
+            if self.deployment.settled().is_ok() {
+                return self.rec.now();
+            }
+            sleep(Duration::from_millis(100));
+        }
+        let note = self.rec.event(Ev::Note).detail(format!(
+            "not settled within {SETTLE_BOUND:?}: {:?}",
+            self.deployment.settled()
+        ));
+        self.rec.record(&note);
+        self.rec.now()
+    }
+
+    /// SENTINEL FAILOVER (a data-loss fault: the sentinels promote the replica without
+    /// stopping writes to the old primary, which takes writes until it is told to follow) or
+    /// CLUSTER FAILOVER (coordinated: the master stops taking writes until its replica has
+    /// caught up, so nothing acknowledged is lost).
+    fn failover(&mut self, master: usize) -> Outcome {
+        match &mut *self.deployment {
+            Deployment::Sentinel(s) => {
+                let before = s.master_url().map_err(|e| e.to_string())?;
+                let sentinel = deploy::port_of(&s.sentinel_urls()[0]);
+                deploy::call(
+                    sentinel,
+                    &["SENTINEL", "FAILOVER", s.master_name()],
+                    Duration::from_secs(2),
+                )?;
+                let start = Instant::now();
+                while s.master_url().ok().as_ref() == Some(&before) {
+                    if start.elapsed() > SETTLE_BOUND {
+                        return Err("the sentinels did not promote the replica".into());
+                    }
+                    sleep(Duration::from_millis(100));
+                }
+                Ok((Some(self.settle()), true))
+            }
+            Deployment::Cluster(c) => {
+                c.failover(master).map_err(|e| e.to_string())?;
+                Ok((Some(self.settle()), false))
+            }
+            Deployment::Single(_) => Err("no failover on a single server".into()),
+        }
+    }
+
+    /// SIGKILL of the primary / a master, and the promotion of its replica: whatever the
+    /// replica had not received is lost.
+    fn kill_master(&mut self, master: usize) -> Outcome {
+        match &mut *self.deployment {
+            Deployment::Sentinel(s) => s.kill_master().map(|_| ()).map_err(|e| e.to_string())?,
+            Deployment::Cluster(c) => c
+                .kill_master(master)
+                .map(|_| ())
+                .map_err(|e| e.to_string())?,
+            Deployment::Single(_) => return Err("no replica on a single server".into()),
+        }
+        Ok((Some(self.settle()), true))
+    }
+}
+
+/// A fault's end time when it is not "now" (a failover's settling), and whether it lost data.
+type Outcome = Result<(Option<u64>, bool), String>;
