@@ -321,6 +321,38 @@ async fn a_redis_restart_under_held_and_waited_locks_gives_errors_or_recovery_no
     assert!(!holder.lock("restart-long").is_locked().await.unwrap());
 }
 
+/// A waiter whose retry meets Redis down (restarting, failing over) waits on within its wait
+/// and gets the lock once Redis is back, instead of handing the caller a connection error
+/// from the middle of its wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_waits_out_a_redis_restart_and_gets_the_lock() {
+    let mut server = common::server();
+    let holder = common::client(&server).await;
+    let waiting = common::client(&server).await;
+    let held = holder
+        .lock("ride-out")
+        .ttl(Duration::from_secs(1))
+        .acquire()
+        .await
+        .unwrap();
+    let lock = waiting.lock("ride-out").wait(Duration::from_secs(20));
+    let waiter = tokio::spawn(async move { lock.acquire().await });
+    let mut admin = common::raw(&server.url()).await;
+    until_subscribers(&mut admin, holder.lock("ride-out").channel(), 1).await;
+
+    server.kill();
+    bounded("lost() while down", held.lost()).await;
+    // Time is the subject: down for longer than the waiter sleeps between tries (at most the
+    // 1 s lease it read), so at least one of its retries meets Redis down.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    server.restart().unwrap();
+
+    let outcome = bounded("waiter", waiter).await.expect("waiter panicked");
+    let g = outcome.expect("the waiter gets the lock once Redis is back, within its wait");
+    g.release().await.unwrap();
+    drop(held);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_built_while_redis_is_up_reports_errors_with_the_url_while_it_is_down() {
     let mut server = common::server();

@@ -390,12 +390,29 @@ impl Lock {
         };
         let (mut hold, mut registration) = new_hold();
         let mut subscription = None;
+        // Set once Redis refused this acquire: from then on it is waiting, and a broken link
+        // (a failover, a restart) is something to wait out, not the caller's answer.
+        let mut refused = false;
+        let mut pause = RIDE_OUT_FIRST_PAUSE;
         loop {
             self.check_open()?;
             let sent_at = Instant::now();
             let bound = self.attempt_bound(sent_at, deadline, wait, &hold);
             let attempt = match tokio::time::timeout_at(bound, self.attempt(&hold, None)).await {
-                Ok(attempt) => attempt?,
+                Ok(Ok(attempt)) => attempt,
+                Ok(Err(e)) if refused && is_link_error(&e) && Instant::now() + pause < deadline => {
+                    tracing::debug!(lock = %self.name, error = %e, "dlock: a retry failed while waiting; waiting on with a new owner");
+                    // The failed attempt's orphan clean-up undoes whatever Redis may have
+                    // granted it; a new owner id keeps that undo off the next grant. What the
+                    // old owner's refusals left (a fair queue place, a writer's claim) goes too.
+                    give_up.let_go();
+                    (hold, registration) = new_hold();
+                    subscription = None;
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RIDE_OUT_MAX_PAUSE);
+                    continue;
+                }
+                Ok(Err(e)) => return Err(e),
                 // Dropping the attempt armed its orphan clean-up: whatever Redis may still
                 // grant is released as soon as it arrives.
                 Err(_) => return Err(self.no_reply(started)),
@@ -432,6 +449,8 @@ impl Lock {
                 }
                 Attempt::Held { pttl } => {
                     give_up.arm(&hold);
+                    refused = true;
+                    pause = RIDE_OUT_FIRST_PAUSE;
                     pttl
                 }
             };
@@ -796,6 +815,23 @@ impl Lock {
 /// take tens of milliseconds, and giving up sooner would only turn a free lock into a timeout.
 const ATTEMPT_GRACE: Duration = Duration::from_millis(250);
 
+/// First pause before a waiting acquire tries again after a broken link; doubled after each
+/// further failure up to [`RIDE_OUT_MAX_PAUSE`], so a Redis that stays down is asked about once
+/// a second until the wait ends.
+const RIDE_OUT_FIRST_PAUSE: Duration = Duration::from_millis(50);
+const RIDE_OUT_MAX_PAUSE: Duration = Duration::from_secs(1);
+
+/// Whether an acquire failed because the link to Redis did (refused, dropped, timed out, or
+/// a reply from a primary that was replaced), rather than because Redis answered with an
+/// error.
+fn is_link_error(e: &LockError) -> bool {
+    matches!(e, LockError::Redis { source, .. }
+        if source.is_io_error()
+            || source.is_connection_dropped()
+            || source.is_connection_refusal()
+            || source.is_timeout())
+}
+
 /// `start + wait`, where a wait too long to represent (`Duration::MAX`: "as long as it takes")
 /// means a century rather than an overflow panic.
 fn far_instant(start: Instant, wait: Duration) -> Instant {
@@ -826,6 +862,13 @@ impl GiveUp {
     fn arm(&mut self, hold: &Arc<Hold>) {
         if self.enabled {
             self.hold = Some(hold.clone());
+        }
+    }
+
+    /// Takes the trace back in the background: the acquire goes on under another owner.
+    fn let_go(&mut self) {
+        if let Some(hold) = self.hold.take() {
+            crate::machinery::release::spawn_release(self.shared.clone(), hold);
         }
     }
 
