@@ -243,3 +243,49 @@ async fn tokens_rise_after_promoting_a_replica_that_missed_the_last_acquires() {
     let client = common::client(&replica).await;
     check_next_token(&client, &tokens, "lagging replica").await;
 }
+
+/// A read period restored from an older snapshot, after a writer held the lock on the lost
+/// data: a reader joining it gets a token above that writer's, not the period's old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_joining_a_read_period_restored_from_an_older_snapshot_is_above_the_lost_writer() {
+    const RW: &str = "trust:rw-token";
+    let mut server = RedisServer::start_persistent(Persistence::Rdb).expect("redis-server");
+    let client = common::client(&server).await;
+    let rw = client.read_write_lock(RW);
+    let first = rw
+        .read()
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    let period = first.fencing_token();
+    cmd_ok(&server.url(), &["SAVE"]).await;
+    first.release().await.unwrap();
+    // Granted after the snapshot: lost with the SIGKILL, but its holder had the token.
+    let w = rw.write().acquire().await.unwrap();
+    let writer = w.fencing_token();
+    w.release().await.unwrap();
+    drop(client);
+
+    server.kill();
+    server.restart().expect("restart from the snapshot");
+    let client = common::client(&server).await;
+    let joined = client
+        .read_write_lock(RW)
+        .read()
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    println!(
+        "rw: read period {period}, lost writer {writer}, reader joining the restored period {}",
+        joined.fencing_token()
+    );
+    assert!(
+        joined.fencing_token() > writer,
+        "a reader joining the restored read period (token {period}) got {} after the lost \
+         writer's {writer}",
+        joined.fencing_token()
+    );
+    joined.release().await.unwrap();
+}

@@ -12,8 +12,8 @@
 -- ARGV[7] '1' to leave leases alone on a re-entry of the same hold (a hard lease; a writer's
 -- read is a hold of its own and sends '0'), ARGV[8] writer-waiting
 -- marker lifetime ms
--- Returns {holds, token} when ARGV[2] holds the side afterwards (token 0 for a re-entry; the
--- counter's current value for a reader joining other readers), {0, ms to wait} otherwise.
+-- Returns {holds, token} when ARGV[2] holds the side afterwards (token 0 for a re-entry, the
+-- writer's for its own read, a new one for a reader joining others), {0, ms to wait} otherwise.
 -- Every check comes before the first write: Redis does not roll a failed script back.
 local function check(key, want, role)
   local t = redis.call('TYPE', key)['ok']
@@ -118,7 +118,16 @@ if side == 'r' then
       redis.call('SET', KEYS[5], 1, 'PX', ARGV[5])
     end
     enter(1)
-    return {1, last}
+    if downgrade then
+      return {1, last}
+    end
+    -- A reader joining others gets a token of its own, lifted like a free -> held one: the
+    -- read period's token may predate a writer this server never saw (a failover to a
+    -- replica that missed it), and two readers with one token could not be told apart by a
+    -- fence.
+    local token = math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+    redis.call('SET', KEYS[4], string.format('%.0f', token), 'PX', ARGV[6])
+    return {1, token}
   end
   -- Behind a writer inside, or one waiting: retry when that one's time is up at the latest
   -- (a release before then publishes).
