@@ -1,7 +1,6 @@
 //! On a Redis 7 cluster both sides publish with SPUBLISH and wait on shard channels (Redisson's
 //! sharded mode AUTO), and keep waking each other after a failover moved the channel's slot.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +9,7 @@ use dlock::LockClient;
 use tokio::time::Instant;
 
 use crate::common;
-use crate::java::{JavaClient, Side};
+use crate::java::{parked_java_waiter, JavaClient, Side};
 use crate::lock::WOKEN_WITHIN;
 
 async fn cluster_client(cluster: &RedisCluster) -> LockClient {
@@ -90,22 +89,7 @@ async fn on_a_cluster_both_sides_wake_each_other_over_shard_channels_also_after_
     );
 
     // dlock's release reaches a Java shard subscriber: it was an SPUBLISH.
-    let refused = java.refused.load(Ordering::SeqCst);
-    let java_waiter = tokio::spawn({
-        let java = java.clone();
-        async move {
-            let ok = java
-                .try_lock(name, 2, Side::Plain, Duration::from_secs(20), None)
-                .await;
-            (Instant::now(), ok)
-        }
-    });
-    common::eventually(
-        Duration::from_secs(10),
-        "the Java waiter parked",
-        || async { java.refused.load(Ordering::SeqCst) >= refused + 2 },
-    )
-    .await;
+    let java_waiter = parked_java_waiter(&java, name, 2, Side::Plain).await;
     let released = Instant::now();
     g.release().await.unwrap();
     let (got, ok) = java_waiter.await.unwrap();
@@ -142,22 +126,7 @@ async fn on_a_cluster_both_sides_wake_each_other_over_shard_channels_also_after_
         got - released
     );
 
-    let refused = java.refused.load(Ordering::SeqCst);
-    let java_waiter = tokio::spawn({
-        let java = java.clone();
-        async move {
-            let ok = java
-                .try_lock(name, 3, Side::Plain, Duration::from_secs(20), None)
-                .await;
-            (Instant::now(), ok)
-        }
-    });
-    common::eventually(
-        Duration::from_secs(10),
-        "the Java waiter parked",
-        || async { java.refused.load(Ordering::SeqCst) >= refused + 2 },
-    )
-    .await;
+    let java_waiter = parked_java_waiter(&java, name, 3, Side::Plain).await;
     let released = Instant::now();
     g.release().await.unwrap();
     let (got, ok) = java_waiter.await.unwrap();

@@ -695,6 +695,34 @@ impl JavaClient {
     }
 }
 
+/// Starts a Java-side `try_lock` of `name` for thread `tid` (waiting up to 20 s) and returns
+/// once it was refused twice, before subscribing and after: it sleeps on the channel now. The
+/// handle gives when the attempt returned and whether it got the lock.
+pub async fn parked_java_waiter(
+    java: &Arc<JavaClient>,
+    name: &str,
+    tid: u64,
+    side: Side,
+) -> JoinHandle<(Instant, bool)> {
+    let refused = java.refused.load(Ordering::SeqCst);
+    let waiter = tokio::spawn({
+        let (java, name) = (java.clone(), name.to_owned());
+        async move {
+            let ok = java
+                .try_lock(&name, tid, side, Duration::from_secs(20), None)
+                .await;
+            (Instant::now(), ok)
+        }
+    });
+    crate::common::eventually(
+        Duration::from_secs(10),
+        "the Java waiter parked",
+        || async { java.refused.load(Ordering::SeqCst) >= refused + 2 },
+    )
+    .await;
+    waiter
+}
+
 impl Drop for JavaClient {
     fn drop(&mut self) {
         self.crash();

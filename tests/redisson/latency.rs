@@ -7,7 +7,6 @@
 //! yardstick is a PING on a connection that sat idle for the same time, measured in the same
 //! run; figures are printed as p50/p99 in those PING round trips.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +15,7 @@ use dlock::LockClient;
 use tokio::time::Instant;
 
 use crate::common;
-use crate::java::{JavaClient, Side};
+use crate::java::{parked_java_waiter, JavaClient, Side};
 
 /// Samples per direction (`DLOCK_LATENCY_SAMPLES` overrides).
 fn samples() -> usize {
@@ -82,23 +81,8 @@ async fn measure(client: &LockClient, java: &Arc<JavaClient>, name: &str, label:
         to_dlock.push(got - released);
 
         // dlock releases, Java wakes.
-        let refused = java.refused.load(Ordering::SeqCst);
         let tid = 100 + i as u64;
-        let java_waiter = tokio::spawn({
-            let (java, name) = (java.clone(), name.to_owned());
-            async move {
-                let ok = java
-                    .try_lock(&name, tid, Side::Plain, Duration::from_secs(20), None)
-                    .await;
-                (Instant::now(), ok)
-            }
-        });
-        common::eventually(
-            Duration::from_secs(10),
-            "the Java waiter parked",
-            || async { java.refused.load(Ordering::SeqCst) >= refused + 2 },
-        )
-        .await;
+        let java_waiter = parked_java_waiter(java, name, tid, Side::Plain).await;
         tokio::time::sleep(IDLE).await;
         let released = Instant::now();
         g.release().await.unwrap();

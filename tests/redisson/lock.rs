@@ -10,7 +10,7 @@ use dlock::LockClient;
 use tokio::time::Instant;
 
 use crate::common::{self, child};
-use crate::java::{prefix_name, JavaClient, Side};
+use crate::java::{parked_java_waiter, prefix_name, JavaClient, Side};
 
 /// Far below any lease in these tests (30 s by default), far above a round trip: a waiter
 /// woken by the release message gets the lock well within it, one that slept until the
@@ -300,23 +300,7 @@ pub async fn wakes_both_ways(
         "dlock woke {dlock_woken:?} after the Java unlock"
     );
 
-    let refused = java.refused.load(Ordering::SeqCst);
-    let java_waiter = tokio::spawn({
-        let (java, name) = (java.clone(), name.to_owned());
-        async move {
-            let ok = java
-                .try_lock(&name, 2, Side::Plain, Duration::from_secs(20), None)
-                .await;
-            (Instant::now(), ok)
-        }
-    });
-    // Refused twice: before subscribing and after; it sleeps on the channel now.
-    common::eventually(
-        Duration::from_secs(10),
-        "the Java waiter parked",
-        || async { java.refused.load(Ordering::SeqCst) >= refused + 2 },
-    )
-    .await;
+    let java_waiter = parked_java_waiter(java, name, 2, Side::Plain).await;
     let released = Instant::now();
     guard.release().await.unwrap();
     let (got, ok) = java_waiter.await.unwrap();

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::common;
-use crate::java::{JavaClient, Side};
+use crate::java::{parked_java_waiter, JavaClient, Side};
 use crate::lock::{
     all_keys, assert_redisson_field, bump, hgetall, only_redisson_keys, pttl, wait_subscribed,
     WOKEN_WITHIN,
@@ -283,22 +283,7 @@ async fn writers_releases_wake_readers_of_the_other_side() {
     g.release().await.unwrap();
 
     let w = rw.write().acquire().await.unwrap();
-    let refused = java.refused.load(Ordering::SeqCst);
-    let java_reader = tokio::spawn({
-        let java = java.clone();
-        async move {
-            let ok = java
-                .try_lock("wake", 2, Side::Read, Duration::from_secs(20), None)
-                .await;
-            (Instant::now(), ok)
-        }
-    });
-    common::eventually(
-        Duration::from_secs(10),
-        "the Java reader parked",
-        || async { java.refused.load(Ordering::SeqCst) >= refused + 2 },
-    )
-    .await;
+    let java_reader = parked_java_waiter(&java, "wake", 2, Side::Read).await;
     let released = Instant::now();
     w.release().await.unwrap();
     let (got, ok) = java_reader.await.unwrap();
