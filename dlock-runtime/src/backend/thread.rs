@@ -145,6 +145,12 @@ impl Background {
         });
     }
 
+    /// Counts work running elsewhere (a release's reply awaited on the caller's runtime) as a
+    /// clean-up until the returned guard is dropped: [`Background::flushed`] waits for it.
+    pub(crate) fn track(&self) -> Running {
+        self.cleanups.start()
+    }
+
     /// Waits until no clean-up runs, at most `bound`; whether none runs.
     pub(crate) async fn flushed(&self, bound: Duration) -> bool {
         self.cleanups.idle(bound).await

@@ -173,6 +173,12 @@ impl Shared {
         self.pool.get()
     }
 
+    /// The command connection for requests about `key` (see `Pool::for_key`): an acquire
+    /// and a release of one key go over the same socket, in order.
+    pub(crate) fn conn_for(&self, key: &str) -> Conn {
+        self.pool.for_key(key)
+    }
+
     /// A connection driven by the client's own thread (see `Pool::background`).
     pub(crate) fn background_conn(&self) -> Conn {
         self.pool.background()
