@@ -48,6 +48,10 @@ struct Args {
     /// its waiter to park, and rslock's waiter backs off for up to 200 ms).
     #[arg(long, default_value_t = 1000)]
     samples: usize,
+    /// Only the libraries whose row name starts with this (`dlock`, `rslock`,
+    /// `distributed-lock`): to see one without the others' background work beside it.
+    #[arg(long)]
+    only: Option<String>,
 }
 
 /// How long a waiter is given to park before the holder releases (and the idle time of the
@@ -234,6 +238,15 @@ const PATHS: [(&str, &[&str]); 3] = [
     ),
 ];
 
+/// The libraries of a path that `--only` selects.
+fn selected(impls: &[&'static str], only: &Option<String>) -> Vec<&'static str> {
+    impls
+        .iter()
+        .copied()
+        .filter(|lib| only.as_ref().is_none_or(|o| lib.starts_with(o.as_str())))
+        .collect()
+}
+
 fn path_title(path: &str) -> &'static str {
     match path {
         "cycle" => "uncontended acquire + release",
@@ -262,7 +275,7 @@ async fn main() {
     };
     let mut rows: Vec<Row> = Vec::new();
     for (path, impls) in PATHS {
-        for lib in impls {
+        for lib in selected(impls, &args.only) {
             rows.push(Row {
                 path,
                 lib,
@@ -282,7 +295,7 @@ async fn main() {
         .expect("connect for PING");
     // Warm every connection and code path.
     for (path, impls) in PATHS {
-        for lib in impls {
+        for lib in selected(impls, &args.only) {
             for i in 0..20 {
                 one(&libs, path, lib, usize::MAX, i).await;
             }
@@ -291,6 +304,7 @@ async fn main() {
     for round in 0..args.rounds {
         println!("round {round}:");
         for (path, impls) in PATHS {
+            let impls = selected(impls, &args.only);
             let handoff = path == "handoff";
             let n = if handoff {
                 (args.samples / 10).max(10)
@@ -385,7 +399,7 @@ fn summary(rows: &[Row], rounds: usize) {
             let (p50, p99) = pick(r);
             let lo = p50.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = p50.iter().copied().fold(0.0, f64::max);
-            let ratio = if r.ours {
+            let ratio = if r.ours && best_peer.is_finite() {
                 format!("  ratio to the best peer {:.2}", median(&p50) / best_peer)
             } else {
                 String::new()

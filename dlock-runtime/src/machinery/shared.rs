@@ -113,6 +113,13 @@ impl Shared {
             failover_watch::start(watch, pool.clone(), bg.handle(), stop.clone());
         }
         let hook = Arc::downgrade(&watchdog);
+        // Where the command connections are driven by the caller's runtime (one server, a
+        // multi-thread runtime: see `Topology::open_pool`), so is the subscriber, until that
+        // runtime shuts down.
+        let here = tokio::runtime::Handle::current();
+        let front = (matches!(topology, Topology::Single { .. })
+            && here.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+            .then_some(here);
         let waiters = Waiters::start(
             topology.pubsub_source(&pool),
             WaiterSettings {
@@ -129,6 +136,7 @@ impl Shared {
                 stop: stop.clone(),
             },
             bg.handle(),
+            front,
         )
         .await
         .map_err(connect_err)?;
