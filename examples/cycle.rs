@@ -12,6 +12,10 @@
 //!   the scripts called as functions of dlock's library (FCALL, the default on Redis 7+) and
 //!   from the script cache (EVALSHA, `functions(false)`).
 //!
+//! * the attribute's call, one after another on fresh keys: its floor (dlock's acquire.lua with
+//!   the previous call's release.lua pipelined ahead of it: one round trip, both scripts' Redis
+//!   time) and `#[distributed_lock]` itself, which returns once its release is written.
+//!
 //! Redis's own time per call is printed from INFO commandstats.
 
 #[path = "support/mod.rs"]
@@ -21,7 +25,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use dlock::redis::{self, aio::MultiplexedConnection, Script};
-use dlock::LockClient;
+use dlock::{distributed_lock, LockClient, LockError};
 use support::{lock_cycle, median_of, ping_rtt, redis_url};
 
 const ACQUIRE: &str = include_str!("../dlock-runtime/lua/lock/acquire.lua");
@@ -71,6 +75,53 @@ async fn script_usec(admin: &mut MultiplexedConnection) -> f64 {
                 .ok()
         })
         .unwrap_or(0.0)
+}
+
+#[distributed_lock(key = "cycle:call:{round}:{i}", client = locks)]
+async fn attributed(locks: &LockClient, round: usize, i: usize) -> Result<(), LockError> {
+    Ok(())
+}
+
+/// dlock's acquire.lua for owner `i` of a fresh key, with the release of the previous call's
+/// lock (owner `i - 1`) pipelined ahead of it: what a call whose release is written costs at
+/// least, run back to back.
+async fn call_floor(
+    c: &mut MultiplexedConnection,
+    acquire: &Script,
+    release: &Script,
+    round: usize,
+    i: usize,
+) {
+    let key = |i: usize| format!("cycle:floor:{round}:{i}");
+    let owner = |i: usize| format!("o:{round}:{i}");
+    let mut pipe = redis::pipe();
+    if i > 0 {
+        let prev = i - 1;
+        pipe.cmd("EVALSHA")
+            .arg(release.get_hash())
+            .arg(3)
+            .arg(key(prev))
+            .arg(format!("{}:chan", key(prev)))
+            .arg(format!("{}:latch", key(prev)))
+            .arg(owner(prev))
+            .arg(30_000)
+            .arg(5_000)
+            .ignore();
+    }
+    pipe.cmd("EVALSHA")
+        .arg(acquire.get_hash())
+        .arg(3)
+        .arg(key(i))
+        .arg(format!("{}:fence", key(i)))
+        .arg(format!("{}:marker", key(i)))
+        .arg(30_000)
+        .arg(owner(i))
+        .arg(5_000)
+        .arg(0)
+        .arg(600_000)
+        .arg(0);
+    let ((count, _token),): ((i64, i64),) = pipe.query_async(c).await.expect("floor");
+    assert_eq!(count, 1);
 }
 
 #[tokio::main]
@@ -194,6 +245,40 @@ async fn main() {
         let d = median(|_| lock_cycle(cached_lock.clone())).await;
         row(
             "the same with EVALSHA (functions(false))",
+            d,
+            script_usec(&mut admin).await,
+        );
+        // Loads both scripts (EVALSHA in a pipeline does not fall back to EVAL).
+        let _: () = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(ACQUIRE)
+            .query_async(&mut admin)
+            .await
+            .expect("SCRIPT LOAD");
+        let _: () = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(RELEASE)
+            .query_async(&mut admin)
+            .await
+            .expect("SCRIPT LOAD");
+        script_usec(&mut admin).await;
+        let d = median(|i| {
+            let (mut c, a, r) = (conn.clone(), acquire.clone(), release.clone());
+            async move { call_floor(&mut c, &a, &r, round, i).await }
+        })
+        .await;
+        row(
+            "call floor: acquire, previous release ahead",
+            d,
+            script_usec(&mut admin).await,
+        );
+        let d = median(|i| {
+            let locks = locks.clone();
+            async move { attributed(&locks, round, i).await.expect("call") }
+        })
+        .await;
+        row(
+            "#[distributed_lock] call, fresh key",
             d,
             script_usec(&mut admin).await,
         );

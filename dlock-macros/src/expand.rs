@@ -409,7 +409,7 @@ fn generate(args: &Args, what: What<'_>, func: ItemFn, error_site: ErrorSite) ->
             (
                 handle,
                 quote! { #guard.scope(async move #block).await },
-                quote! { #krate::LockGuard::release_logged(#guard).await; },
+                quote! { #krate::LockGuard::release_written(#guard).await; },
             )
         }
         What::Multi(templates) => (
@@ -441,7 +441,7 @@ fn generate(args: &Args, what: What<'_>, func: ItemFn, error_site: ErrorSite) ->
             ::core::result::Result::Ok(#guard) => {
                 let #ret: #ret_ty = #run;
                 // The body's result wins over a failed release: its effects already
-                // happened, and the lease expires on its own. `release_logged` logs it.
+                // happened, and the lease expires on its own. The runtime logs it.
                 #release
                 #ret
             }
@@ -521,7 +521,7 @@ mod tests {
                     ::core::result::Result::Ok(__dlock_guard) => {
                         let __dlock_ret: Result<u8, AppError> =
                             __dlock_guard.scope(async move { Ok(order.amount) }).await;
-                        ::dlock::LockGuard::release_logged(__dlock_guard).await;
+                        ::dlock::LockGuard::release_written(__dlock_guard).await;
                         __dlock_ret
                     }
                     #[allow(clippy::useless_conversion)]
@@ -563,7 +563,7 @@ mod tests {
             "{out}"
         );
         assert!(
-            out.contains("my :: dlock :: LockGuard :: release_logged"),
+            out.contains("my :: dlock :: LockGuard :: release_written"),
             "{out}"
         );
         // No `E` written out (an alias): the conversion falls back to `From::from`.
@@ -699,7 +699,7 @@ mod tests {
                 "{kind}: {out}"
             );
             assert!(out.contains("__dlock_guard . scope (async move"), "{out}");
-            assert!(out.contains(":: dlock :: LockGuard :: release_logged (__dlock_guard)"));
+            assert!(out.contains(":: dlock :: LockGuard :: release_written (__dlock_guard)"));
         }
 
         let out = expand_str(

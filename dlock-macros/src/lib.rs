@@ -416,8 +416,9 @@ use proc_macro::TokenStream;
 ///             //    on the same lock re-enter it. The type is pinned so `?` still infers.
 ///             let __dlock_ret: Result<u64, AppError> =
 ///                 __dlock_guard.scope(async move { Ok(order.amount) }).await;
-///             // 5. Release, awaited: the caller sees the lock free when the call returns.
-///             ::dlock::LockGuard::release_logged(__dlock_guard).await;
+///             // 5. Release, written: the call returns once the release is on its way (see
+///             //    "Every way out releases the lock" for what others see meanwhile).
+///             ::dlock::LockGuard::release_written(__dlock_guard).await;
 ///             __dlock_ret
 ///         }
 ///         // 6. No lock, no body.
@@ -450,12 +451,17 @@ use proc_macro::TokenStream;
 ///
 /// # Every way out releases the lock
 ///
-/// * **Return and `?`**: the release is awaited before the function returns, so the caller
-///   (and every other node) sees the lock free as soon as the call completes.
+/// * **Return and `?`**: the release is written to the lock's connection before the function
+///   returns, and its reply is awaited in the background (`LockGuard::release_written`), which
+///   saves the caller a round trip. This client sees the lock free as soon as the call
+///   completes: its next acquire of the lock follows the release on the same connection.
+///   Another process may still see it held for up to one round trip after the call returned,
+///   and is woken by the release's message as usual. With `keys`, and in
+///   `#[distributed_semaphore]`, the release is still awaited.
 /// * **A failed release** (Redis unreachable at that moment, the lease already lost): the body's
-///   result is returned anyway, because its effects already happened; the failure is logged at
-///   `warn` by the runtime (`LockGuard::release_logged`) and the lock frees itself when its
-///   lease runs out.
+///   result is returned anyway, because its effects already happened; a lost reply is retried
+///   in the background with the same request id (applied once), a failure is logged at `warn`
+///   by the runtime, and the lock frees itself when its lease runs out.
 /// * **Panic** and **cancellation** (the call's future dropped mid-body, e.g. by a request
 ///   timeout or `select!`): the guard's `Drop` stops the watchdog at once and releases in the
 ///   background on the current tokio runtime. Cancelled while still acquiring: the runtime

@@ -10,3 +10,4 @@ mod family;
 mod options;
 mod service;
 mod signatures;
+mod written;

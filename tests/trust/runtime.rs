@@ -388,3 +388,71 @@ fn a_reconnect_made_from_a_runtime_that_ends_leaves_the_client_working() {
         "the runtime that reconnected ended and took the connection with it: {got:?}"
     );
 }
+
+/// The subscriber of a client built on a multi-thread runtime runs there (a release message
+/// wakes a waiter without passing through the client's thread) until that runtime shuts down;
+/// then it moves to the client's thread. A waiter of the client on a later runtime must be
+/// subscribed in Redis (a subscriber that died with its runtime would leave it to the holder's
+/// lease) and get the lock when it is released.
+#[test]
+fn the_subscriber_moves_to_the_client_thread_when_its_runtime_ends() {
+    let server = RedisServer::start().expect("redis-server");
+    let url = server.url();
+    let r1 = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("multi-thread runtime");
+    let client = r1
+        .block_on(async {
+            let client = LockClient::connect(&url).await?;
+            // A wait through the subscriber on the first runtime, so it is in use when it dies.
+            let other = LockClient::connect(&url).await?;
+            let held = other.lock("trust:runtime:sub-warm").acquire().await?;
+            let waiting = client
+                .lock("trust:runtime:sub-warm")
+                .wait(Duration::from_secs(10));
+            let waiter = tokio::spawn(async move { waiting.acquire().await?.release().await });
+            held.release().await?;
+            waiter.await.expect("waiter task")?;
+            Ok::<_, dlock::LockError>(client)
+        })
+        .expect("connect and wait on the first runtime");
+    drop(r1);
+
+    current_thread().block_on(async {
+        let other = LockClient::connect(&url).await.expect("connect");
+        let name = "trust:runtime:sub-moved";
+        let held = other
+            .lock(name)
+            .ttl(Duration::from_secs(60))
+            .acquire()
+            .await
+            .expect("hold");
+        let waiting = client.lock(name).wait(Duration::from_secs(30));
+        let channel = waiting.channel().to_owned();
+        let waiter = tokio::spawn(async move { waiting.acquire().await });
+        // Its subscription reaches Redis (polled, at most 5 s).
+        let mut subscribed = false;
+        for _ in 0..500 {
+            let numsub = server
+                .cli(&["PUBSUB", "NUMSUB", &channel])
+                .expect("PUBSUB NUMSUB");
+            if numsub.lines().nth(1).is_some_and(|n| n.trim() != "0") {
+                subscribed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            subscribed,
+            "nobody subscribed {channel}: the subscriber died with the runtime it ran on"
+        );
+        held.release().await.expect("release");
+        let guard = waiter
+            .await
+            .expect("waiter task")
+            .expect("the waiter gets the released lock");
+        guard.release().await.expect("release");
+    });
+}

@@ -96,6 +96,24 @@ impl Pool {
         conns[i].clone()
     }
 
+    /// The command connection for requests about `key`: always the same one while the pool's
+    /// connections do not change, so requests about one key reach Redis in the order they
+    /// were sent. A release that returns once written (`LockGuard::release_written`) relies
+    /// on it: this client's next acquire of the key queues behind the release on the socket.
+    pub(crate) fn for_key(&self, key: &str) -> Conn {
+        let conns = match &self.front {
+            Some(front) if front.alive.load(Ordering::Acquire) => &front.conns,
+            _ => &self.back,
+        };
+        if conns.len() == 1 {
+            return conns[0].clone();
+        }
+        let mut hash = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(key, &mut hash);
+        let i = std::hash::Hasher::finish(&hash) as usize % conns.len();
+        conns[i].clone()
+    }
+
     /// A connection driven by the client's own thread, for its background work (renewals,
     /// clean-ups): no caller runtime, blocked or gone, can hold those back.
     pub(crate) fn background(&self) -> Conn {

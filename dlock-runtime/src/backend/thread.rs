@@ -11,6 +11,10 @@
 //! here answered in 40-43 µs against 53-62 µs for one driven on the caller's runtime; from a
 //! current_thread caller 32-46 µs against 20-29 µs (one extra thread wake-up each way). A handle
 //! on the building runtime cannot outlive it, so it could only turn the failure into an error.
+//!
+//! Two things start on a building multi-thread runtime and move here when it shuts down: one
+//! server's command connections (`Topology::open_pool`) and the waiters' subscriber
+//! (`Waiters::start`), whose release messages then wake waiters without a second thread.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -143,6 +147,12 @@ impl Background {
             let _running = running;
             fut.await;
         });
+    }
+
+    /// Counts work running elsewhere (a release's reply awaited on the caller's runtime) as a
+    /// clean-up until the returned guard is dropped: [`Background::flushed`] waits for it.
+    pub(crate) fn track(&self) -> Running {
+        self.cleanups.start()
     }
 
     /// Waits until no clean-up runs, at most `bound`; whether none runs.

@@ -142,13 +142,42 @@ impl LockGuard {
         release::release(&self.shared, &self.hold).await
     }
 
-    /// [`LockGuard::release`], logging a failure at warn instead of returning it. Used by
-    /// `#[distributed_lock]`, where the body's result matters more: its effects happened.
+    /// [`LockGuard::release`], logging a failure at warn instead of returning it: for callers
+    /// whose own result matters more (its effects happened) but who want the lock seen free
+    /// everywhere when this returns. `#[distributed_lock]` uses
+    /// [`LockGuard::release_written`], one round trip cheaper.
     pub async fn release_logged(self) {
         let name = self.hold.name.clone();
         if let Err(e) = self.release().await {
             tracing::warn!(lock = %name, error = %e, "dlock: release failed; the lease expires on its own");
         }
+    }
+
+    /// Releases this hold and returns as soon as the release request is written to the
+    /// lock's connection, without waiting for Redis's reply: one round trip less than
+    /// [`LockGuard::release`]. Used by `#[distributed_lock]`, which only logs a failed
+    /// release (the body's effects happened either way).
+    ///
+    /// What callers can rely on:
+    /// * **This client** sees the lock free: its next acquire of the same lock goes over the
+    ///   same connection, behind the release, so Redis runs the release first (pipelining
+    ///   keeps the order) and [`Lock::try_acquire`](crate::Lock::try_acquire) right after
+    ///   succeeds. Only a connection replaced in between (a reconnect, or the switch to the
+    ///   client's own connections when the caller's runtime ended) loses that order: the
+    ///   acquire then finds the lock still held and waits for the release's message.
+    /// * **Other processes** may still see the lock held for up to one round trip after this
+    ///   returned (the release is on its way); waiters among them are woken by its message
+    ///   as with any release.
+    /// * **A lost or failed reply** is handled in the background, as for a dropped guard: the
+    ///   release is retried with the same request id (applied at most once) and a failure is
+    ///   logged at `warn`; the lease expires on its own if Redis stays unreachable.
+    ///
+    /// Await [`LockGuard::release`] instead to learn the outcome
+    /// ([`LockError::NotHeld`] when the lock was lost) or to know every process can see the
+    /// lock free.
+    pub async fn release_written(mut self) {
+        self.released = true;
+        release::release_written(&self.shared, &self.hold).await;
     }
 }
 

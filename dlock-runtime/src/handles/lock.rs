@@ -153,7 +153,8 @@ impl Lock {
 
     /// Whether anybody holds the lock right now.
     pub async fn is_locked(&self) -> Result<bool, LockError> {
-        let mut conn = self.shared.conn();
+        // The key's connection: a release this client just wrote is answered first.
+        let mut conn = self.shared.conn_for(&self.keys.key);
         redis::cmd("EXISTS")
             .arg(&self.keys.key)
             .query_async(&mut conn)
@@ -163,7 +164,7 @@ impl Lock {
 
     /// How long the current lease has left; `None` when the lock is free.
     pub async fn remaining_ttl(&self) -> Result<Option<Duration>, LockError> {
-        let mut conn = self.shared.conn();
+        let mut conn = self.shared.conn_for(&self.keys.key);
         let pttl: i64 = redis::cmd("PTTL")
             .arg(&self.keys.key)
             .query_async(&mut conn)
@@ -726,7 +727,8 @@ impl Lock {
         if let Some(sync) = hold.sync {
             return self.attempt_synced(hold, request, reentry, sync).await;
         }
-        let mut conn = self.shared.conn();
+        // The key's own connection: a release of it returned once written is ahead on it.
+        let mut conn = self.shared.conn_for(&hold.keys.key);
         let orphan = Orphan::new(&self.shared, conn.clone(), hold, reentry.map(str::to_owned));
         let reply: redis::RedisResult<(i64, i64)> = hold
             .kind

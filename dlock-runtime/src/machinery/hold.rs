@@ -110,6 +110,12 @@ impl Hold {
         self.yield_next.store(true, Ordering::Release);
     }
 
+    /// Whether this hold's release ends a run of local handoffs (the next local contender owes
+    /// other processes a courtesy).
+    pub(crate) fn yields_next(&self) -> bool {
+        self.yield_next.load(Ordering::Acquire)
+    }
+
     /// Labels the hold's metrics with the lock's template.
     pub(crate) fn labelled(mut self, label: Arc<str>) -> Self {
         self.label = label;

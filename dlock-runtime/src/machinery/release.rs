@@ -34,12 +34,15 @@
 //!   handed the hold at once instead of hearing the grant over pub/sub (one round trip per
 //!   handoff, not zero, and never out of queue order).
 
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::thread::Running;
 use crate::error::LockError;
 use crate::machinery::gate::{GatePass, Handed};
 use crate::machinery::hold::Hold;
@@ -60,6 +63,17 @@ pub(crate) async fn release(shared: &Arc<Shared>, hold: &Arc<Hold>) -> Result<()
         return Ok(());
     };
     Pending::new(shared, hold, last).run().await
+}
+
+/// Releases one hold and returns as soon as the release request is on the key's connection
+/// (see `LockGuard::release_written`). The reply is awaited by a task of its own, on the
+/// caller's runtime (on the client's thread without one); a failed or lost reply is retried
+/// there with the same request id, and a failure only logged, as for a dropped guard.
+pub(crate) async fn release_written(shared: &Arc<Shared>, hold: &Arc<Hold>) {
+    let Some(last) = begin_release(shared, hold) else {
+        return;
+    };
+    Pending::new(shared, hold, last).send_written().await;
 }
 
 /// Releases one hold of a guard dropped without `release()` (panic, `?`, cancellation): Drop
@@ -92,9 +106,59 @@ impl Pending {
     }
 
     async fn run(mut self) -> Result<(), LockError> {
-        let result = finish_release(&self.shared, &self.hold, self.last, &self.latch, false).await;
+        let result = finish_release(
+            &self.shared,
+            &self.hold,
+            self.last,
+            &self.latch,
+            false,
+            None,
+        )
+        .await;
         self.done = true;
         result
+    }
+
+    /// Sends the release and returns once the request is written: its first poll put it on
+    /// the key's connection (a multiplexed connection queues it for the socket on that poll,
+    /// and requests queued later on it reach Redis after it). The reply is then awaited by a
+    /// task, which retries with the same latch id if it is lost; dropped unfinished (its
+    /// runtime shut down), this `Pending` goes to the client's thread like a dropped guard's.
+    async fn send_written(self) {
+        let shared = self.shared.clone();
+        let mut conn = shared.conn_for(&self.hold.keys.key);
+        let call = self
+            .hold
+            .kind
+            .release(&self.hold, &self.latch_key(), shared.latch_ttl);
+        let sent_at = Instant::now();
+        let mut first: Request = Box::pin(async move { call.invoke_async(&mut conn).await });
+        let polled = std::future::poll_fn(|cx| Poll::Ready(first.as_mut().poll(cx))).await;
+        let written = polled.is_pending();
+        let first: Request = match polled {
+            Poll::Ready(reply) => Box::pin(std::future::ready(reply)),
+            Poll::Pending => first,
+        };
+        if written && self.last && !self.hold.yields_next() {
+            // This client's next acquire of the key may go now: it is sent on the same
+            // connection, behind the release. Only a courtesy owed to other processes (the end
+            // of a run of local handoffs) needs the reply: its length sets the courtesy.
+            self.hold.release_gate(None);
+        }
+        let awaiting = AwaitReply {
+            pending: self,
+            _tracked: shared.bg.track(),
+        };
+        let task = awaiting.run(first, sent_at);
+        match tokio::runtime::Handle::try_current() {
+            Ok(here) => drop(here.spawn(task)),
+            Err(_) => shared.bg.spawn(task),
+        }
+    }
+
+    /// The latch key of this release's request id.
+    fn latch_key(&self) -> String {
+        format!("{}{}", self.hold.keys.latch_prefix, self.latch)
     }
 
     fn spawn(mut self) {
@@ -112,11 +176,42 @@ impl Pending {
         shared.bg.spawn_cleanup({
             let shared = shared.clone();
             async move {
-                if let Err(e) = finish_release(&shared, &hold, last, &latch, true).await {
+                if let Err(e) = finish_release(&shared, &hold, last, &latch, true, None).await {
                     tracing::warn!(lock = %hold.name, error = %e, "dlock: background release failed");
                 }
             }
         });
+    }
+}
+
+/// A release request already sent, whose reply is still to come (see
+/// [`Pending::send_written`]).
+type Request = std::pin::Pin<Box<dyn Future<Output = redis::RedisResult<redis::Value>> + Send>>;
+
+/// A written release waiting for its reply. Fields drop in order: an unfinished `Pending` hands
+/// itself to the client's thread (a tracked clean-up) before this one stops being tracked, so a
+/// shutdown waiting for clean-ups never sees a gap.
+struct AwaitReply {
+    pending: Pending,
+    _tracked: Running,
+}
+
+impl AwaitReply {
+    async fn run(mut self, first: Request, sent_at: Instant) {
+        let p = &self.pending;
+        let result = finish_release(
+            &p.shared,
+            &p.hold,
+            p.last,
+            &p.latch,
+            false,
+            Some((first, sent_at)),
+        )
+        .await;
+        self.pending.done = true;
+        if let Err(e) = result {
+            tracing::warn!(lock = %self.pending.hold.name, error = %e, "dlock: release failed; the lease expires on its own");
+        }
     }
 }
 
@@ -160,16 +255,20 @@ fn begin_release(shared: &Arc<Shared>, hold: &Arc<Hold>) -> Option<bool> {
 }
 
 /// `background`: sent from the client's own thread, on its own connection (see
-/// [`release_script`]).
+/// [`release_script`]). `first`: the release request, already sent at that instant.
 async fn finish_release(
     shared: &Arc<Shared>,
     hold: &Hold,
     last: bool,
     latch: &str,
     background: bool,
+    first: Option<(Request, Instant)>,
 ) -> Result<(), LockError> {
-    let sent_at = tokio::time::Instant::now();
-    let result = release_script(shared, hold, latch, background).await;
+    let (first, sent_at) = match first {
+        Some((request, at)) => (Some(request), at),
+        None => (None, Instant::now()),
+    };
+    let result = release_script(shared, hold, latch, background, first).await;
     if last {
         // Only now may the next task of this process try: the lock is free (or expiring). It
         // owes a waiter of another process a head start only if one may have heard the release.
@@ -199,7 +298,7 @@ pub(crate) fn spawn_release(shared: Arc<Shared>, hold: Arc<Hold>) {
     let bg = &shared.clone().bg;
     bg.spawn_cleanup(async move {
         let latch = shared.unique_id();
-        let _ = release_script(&shared, &hold, &latch, true).await;
+        let _ = release_script(&shared, &hold, &latch, true, None).await;
     });
 }
 
@@ -210,7 +309,7 @@ pub(crate) async fn release_all_counts(shared: &Arc<Shared>, hold: &Hold) {
     // (re-entries may come and go meanwhile: a count is not read once and trusted).
     for _ in 0..MAX_SHUTDOWN_RELEASES {
         let latch = shared.unique_id();
-        match release_script(shared, hold, &latch, true).await {
+        match release_script(shared, hold, &latch, true, None).await {
             Ok(r) if r.left > 0 => {}
             Ok(_) => return,
             Err(e) => {
@@ -228,7 +327,7 @@ const MAX_SHUTDOWN_RELEASES: usize = 1024;
 /// have released expires with its lease).
 pub(crate) async fn release_quietly(shared: &Arc<Shared>, hold: &Hold) {
     let latch = shared.unique_id();
-    if let Err(e) = release_script(shared, hold, &latch, false).await {
+    if let Err(e) = release_script(shared, hold, &latch, false, None).await {
         tracing::debug!(lock = %hold.name, error = %e, "dlock: clean-up release failed");
     }
 }
@@ -274,29 +373,35 @@ impl Released {
 /// answers a retry of a release that already ran instead of releasing twice. A `background`
 /// release goes over a connection the client's own thread drives, never one of the caller's
 /// runtime: that runtime may be shutting down (a process returning from `main`), or blocked
-/// waiting for this very release (the drop of a client's last handle).
+/// waiting for this very release (the drop of a client's last handle). `first`: the first
+/// attempt, already sent.
 async fn release_script(
     shared: &Arc<Shared>,
     hold: &Hold,
     latch_id: &str,
     background: bool,
+    mut first: Option<Request>,
 ) -> Result<Released, LockError> {
     let inner = &shared;
     let latch = format!("{}{latch_id}", hold.keys.latch_prefix);
     let mut attempt = 0;
     let first_send = tokio::time::Instant::now();
     loop {
-        let mut conn = if background {
-            inner.background_conn()
-        } else {
-            inner.conn()
+        let reply = match first.take() {
+            Some(sent) => sent.await,
+            None => {
+                let mut conn = if background {
+                    inner.background_conn()
+                } else {
+                    inner.conn_for(&hold.keys.key)
+                };
+                hold.kind
+                    .release(hold, &latch, inner.latch_ttl)
+                    .invoke_async(&mut conn)
+                    .await
+            }
         };
-        let reply: redis::RedisResult<Released> = hold
-            .kind
-            .release(hold, &latch, inner.latch_ttl)
-            .invoke_async(&mut conn)
-            .await
-            .and_then(Released::decode);
+        let reply: redis::RedisResult<Released> = reply.and_then(Released::decode);
         match reply {
             Ok(released) => return Ok(released),
             // Retry only while the latch surely still remembers a release that did run.

@@ -117,6 +117,13 @@ impl Shared {
             failover_watch::start(watch, pool.clone(), bg.handle(), stop.clone());
         }
         let hook = Arc::downgrade(&watchdog);
+        // Where the command connections are driven by the caller's runtime (one server, a
+        // multi-thread runtime: see `Topology::open_pool`), so is the subscriber, until that
+        // runtime shuts down.
+        let here = tokio::runtime::Handle::current();
+        let front = (matches!(topology, Topology::Single { .. })
+            && here.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+            .then_some(here);
         let waiters = Waiters::start(
             topology.pubsub_source(&pool),
             WaiterSettings {
@@ -133,6 +140,7 @@ impl Shared {
                 stop: stop.clone(),
             },
             bg.handle(),
+            front,
         )
         .await
         .map_err(connect_err)?;
@@ -183,6 +191,12 @@ impl Shared {
     /// sent on a clone is ordered after everything sent earlier on it (used by orphan cleanup).
     pub(crate) fn conn(&self) -> Conn {
         self.pool.get()
+    }
+
+    /// The command connection for requests about `key` (see `Pool::for_key`): an acquire
+    /// and a release of one key go over the same socket, in order.
+    pub(crate) fn conn_for(&self, key: &str) -> Conn {
+        self.pool.for_key(key)
     }
 
     /// A connection driven by the client's own thread (see `Pool::background`).

@@ -1,0 +1,420 @@
+//! dlock against its peers, in one process on one redis-server: `rslock` (Redlock on one
+//! server) and the `distributed-lock` crate's Redis backend, each as its README uses it.
+//!
+//! (`distributed-lock`'s Redis backend is its `distributed-lock-redis` crate, used directly.)
+//!
+//! `cargo run --release --example peers` (starts its own redis-server unless REDIS_URL is set;
+//! `-- --rounds 7 --samples 2000` for more). Every round runs each path sample by sample: a hot
+//! PING (for handoffs also a PING sent after the same idle time as a parked waiter), then one
+//! run of each library in an order that rotates, so the load of a shared machine, which drifts
+//! within seconds, falls on all of them alike.
+//!
+//! Paths:
+//! * **cycle**: acquire + release of one key, uncontended, the release awaited;
+//! * **attribute-style call**: one locked call with an empty body on a fresh key: dlock's
+//!   `#[distributed_lock]` (returns once its release is written), the same with the release
+//!   awaited (`acquire` + `release().await`, which is what the attribute did before), rslock's
+//!   `using`, and distributed-lock's acquire + release;
+//! * **handoff across two clients**: a holder in one client releases while a waiter of another
+//!   client waits for the key; from the release issued to the waiter holding. dlock's waiter
+//!   sleeps until the release's message; rslock's `acquire` retries with its default backoff
+//!   (3 tries, a random 0-200 ms between); distributed-lock has no waiting acquire (its
+//!   `acquire` tries once), so its waiter retries at once, which is its fastest possible
+//!   handoff and loads Redis with a request per round trip.
+//!
+//! Figures are p50/p99 in RTT of the hot PING (handoffs also in the idle PING's), each round's
+//! line, then the median and range of the rounds' p50s, and dlock's ratio to the best peer.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use distributed_lock_core::traits::{DistributedLock, LockHandle, LockProvider};
+use distributed_lock_redis::RedisLockProvider;
+use dlock::redis::aio::MultiplexedConnection;
+use dlock::{distributed_lock, LockClient, LockError};
+use support::{percentile, redis_url};
+
+#[derive(Parser, Debug)]
+#[command(about = "dlock against rslock and distributed-lock, interleaved, in RTT of one run")]
+struct Args {
+    /// Rounds; each measures every path of every library once.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Samples per path and library in a round (handoffs take a tenth as many: each waits for
+    /// its waiter to park, and rslock's waiter backs off for up to 200 ms).
+    #[arg(long, default_value_t = 1000)]
+    samples: usize,
+    /// Only the libraries whose row name starts with this (`dlock`, `rslock`,
+    /// `distributed-lock`): to see one without the others' background work beside it.
+    #[arg(long)]
+    only: Option<String>,
+}
+
+/// How long a waiter is given to park before the holder releases (and the idle time of the
+/// PING the handoffs are also divided by).
+const PARK: Duration = Duration::from_millis(3);
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// The libraries, each with its own clients (two, for handoffs).
+struct Libs {
+    dlock: [LockClient; 2],
+    rslock: [rslock::LockManager; 2],
+    dlk: [RedisLockProvider; 2],
+}
+
+#[distributed_lock(key = "peers:attr:{round}:{i}", client = locks, ttl = "30s", wait = "5s")]
+async fn attributed(locks: &LockClient, round: usize, i: usize) -> Result<(), LockError> {
+    Ok(())
+}
+
+/// One measured path of one library: its name and each round's samples.
+struct Row {
+    path: &'static str,
+    lib: &'static str,
+    /// Whether dlock's (ratios are dlock's over the best peer's).
+    ours: bool,
+    idle_unit: bool,
+    /// Each round's p50 and p99 in hot-PING RTT, and for handoffs the p50 and p99 in RTT of
+    /// the PING after the same idle time.
+    p50: Vec<f64>,
+    p99: Vec<f64>,
+    idle_p50: Vec<f64>,
+    idle_p99: Vec<f64>,
+}
+
+/// Times the whole of `f`.
+async fn timed<Fut: Future<Output = ()>>(f: Fut) -> Duration {
+    let t = Instant::now();
+    f.await;
+    t.elapsed()
+}
+
+/// One sample of one path of one library (`i`: the sample's number in its round).
+async fn one(libs: &Libs, path: &str, lib: &str, round: usize, i: usize) -> Duration {
+    let [d0, d1] = &libs.dlock;
+    let [r0, r1] = &libs.rslock;
+    let [p0, p1] = &libs.dlk;
+    // Fresh keys for calls; 8 keys in turn for handoffs.
+    let key = format!("peers:{path}:{lib}:{round}:{i}");
+    let handoff_key = format!("peers:{path}:{lib}:{}", i % 8);
+    match (path, lib) {
+        ("cycle", "dlock") => {
+            let lock = d0.lock("peers:cycle:dlock");
+            timed(async {
+                lock.acquire().await.unwrap().release().await.unwrap();
+            })
+            .await
+        }
+        ("cycle", "rslock") => {
+            timed(async {
+                let l = r0.lock("peers:cycle:rslock", TTL).await.unwrap();
+                r0.unlock(&l).await;
+            })
+            .await
+        }
+        ("cycle", "distributed-lock") => {
+            let lock = p0.create_lock("peers:cycle");
+            timed(async {
+                let h = lock.acquire(None).await.unwrap();
+                h.release().await.unwrap();
+            })
+            .await
+        }
+        ("call", "dlock") => timed(async { attributed(d0, round, i).await.unwrap() }).await,
+        ("call", "dlock, release awaited") => {
+            let lock = d0.lock(key);
+            timed(async {
+                let g = lock.acquire().await.unwrap();
+                g.release().await.unwrap();
+            })
+            .await
+        }
+        ("call", "rslock") => {
+            timed(async {
+                r0.using(key.as_bytes(), TTL, async || ()).await.unwrap();
+            })
+            .await
+        }
+        ("call", "distributed-lock") => {
+            let lock = p0.create_lock(&key);
+            timed(async {
+                let h = lock.acquire(None).await.unwrap();
+                h.release().await.unwrap();
+            })
+            .await
+        }
+        ("handoff", "dlock") | ("handoff", "dlock fair") => {
+            let (held, waiting) = if lib == "dlock fair" {
+                (d0.fair_lock(&handoff_key), d1.fair_lock(&handoff_key))
+            } else {
+                (d0.lock(&handoff_key), d1.lock(&handoff_key))
+            };
+            let g = held.acquire().await.unwrap();
+            let waiter = tokio::spawn(async move {
+                let w = waiting.acquire().await.unwrap();
+                let at = Instant::now();
+                w.release().await.unwrap();
+                at
+            });
+            tokio::time::sleep(PARK).await;
+            let released = Instant::now();
+            g.release().await.unwrap();
+            waiter.await.unwrap().saturating_duration_since(released)
+        }
+        ("handoff", "rslock") => {
+            let name = handoff_key;
+            let waiting = r1.clone();
+            let g = r0.lock(name.as_bytes(), TTL).await.unwrap();
+            let waiter = tokio::spawn(async move {
+                let w = waiting
+                    .acquire_no_guard(name.as_bytes(), TTL)
+                    .await
+                    .unwrap();
+                let at = Instant::now();
+                waiting.unlock(&w).await;
+                at
+            });
+            tokio::time::sleep(PARK).await;
+            let released = Instant::now();
+            r0.unlock(&g).await;
+            waiter.await.unwrap().saturating_duration_since(released)
+        }
+        ("handoff", "distributed-lock") => {
+            let (held, waiting) = (p0.create_lock(&handoff_key), p1.create_lock(&handoff_key));
+            let g = held.acquire(None).await.unwrap();
+            let waiter = tokio::spawn(async move {
+                // Its acquire tries once: retry at once, for as long as it takes (bounded: the
+                // holder releases within milliseconds).
+                for _ in 0..1_000_000 {
+                    if let Ok(w) = waiting.acquire(None).await {
+                        let at = Instant::now();
+                        w.release().await.unwrap();
+                        return at;
+                    }
+                }
+                panic!("distributed-lock never got the lock");
+            });
+            tokio::time::sleep(PARK).await;
+            let released = Instant::now();
+            g.release().await.unwrap();
+            waiter.await.unwrap().saturating_duration_since(released)
+        }
+        _ => unreachable!("no path {path} for {lib}"),
+    }
+}
+
+/// One PING's round trip on `conn`, after `idle` of doing nothing.
+async fn ping(conn: &mut MultiplexedConnection, idle: Duration) -> Duration {
+    if !idle.is_zero() {
+        tokio::time::sleep(idle).await;
+    }
+    let t = Instant::now();
+    let _: String = dlock::redis::cmd("PING")
+        .query_async(conn)
+        .await
+        .expect("PING");
+    t.elapsed()
+}
+
+const PATHS: [(&str, &[&str]); 3] = [
+    ("cycle", &["dlock", "rslock", "distributed-lock"]),
+    (
+        "call",
+        &[
+            "dlock",
+            "dlock, release awaited",
+            "rslock",
+            "distributed-lock",
+        ],
+    ),
+    (
+        "handoff",
+        &["dlock", "dlock fair", "rslock", "distributed-lock"],
+    ),
+];
+
+/// The libraries of a path that `--only` selects.
+fn selected(impls: &[&'static str], only: &Option<String>) -> Vec<&'static str> {
+    impls
+        .iter()
+        .copied()
+        .filter(|lib| only.as_ref().is_none_or(|o| lib.starts_with(o.as_str())))
+        .collect()
+}
+
+fn path_title(path: &str) -> &'static str {
+    match path {
+        "cycle" => "uncontended acquire + release",
+        "call" => "attribute-style call, fresh key",
+        _ => "handoff across two clients",
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    let (url, _server) = redis_url();
+    let libs = Libs {
+        dlock: [
+            LockClient::connect(&url).await.expect("connect"),
+            LockClient::connect(&url).await.expect("connect"),
+        ],
+        rslock: [
+            rslock::LockManager::new(vec![url.as_str()]),
+            rslock::LockManager::new(vec![url.as_str()]),
+        ],
+        dlk: [
+            RedisLockProvider::new(url.as_str()).await.expect("connect"),
+            RedisLockProvider::new(url.as_str()).await.expect("connect"),
+        ],
+    };
+    let mut rows: Vec<Row> = Vec::new();
+    for (path, impls) in PATHS {
+        for lib in selected(impls, &args.only) {
+            rows.push(Row {
+                path,
+                lib,
+                ours: lib.starts_with("dlock"),
+                idle_unit: path == "handoff",
+                p50: Vec::new(),
+                p99: Vec::new(),
+                idle_p50: Vec::new(),
+                idle_p99: Vec::new(),
+            });
+        }
+    }
+    let mut conn = dlock::redis::Client::open(url.as_str())
+        .expect("redis url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect for PING");
+    // Warm every connection and code path.
+    for (path, impls) in PATHS {
+        for lib in selected(impls, &args.only) {
+            for i in 0..20 {
+                one(&libs, path, lib, usize::MAX, i).await;
+            }
+        }
+    }
+    for round in 0..args.rounds {
+        println!("round {round}:");
+        for (path, impls) in PATHS {
+            let impls = selected(impls, &args.only);
+            let handoff = path == "handoff";
+            let n = if handoff {
+                (args.samples / 10).max(10)
+            } else {
+                args.samples
+            };
+            // Sample by sample: one PING (and for handoffs one after the waiter's idle time),
+            // then one run of each library in an order that rotates, so the load of a shared
+            // machine, which drifts within seconds, falls on all of them alike.
+            let mut hot = Vec::with_capacity(n);
+            let mut idle = Vec::with_capacity(n);
+            let mut samples = vec![Vec::with_capacity(n); impls.len()];
+            for i in 0..n {
+                hot.push(ping(&mut conn, Duration::ZERO).await);
+                if handoff {
+                    idle.push(ping(&mut conn, PARK).await);
+                }
+                for k in 0..impls.len() {
+                    let j = (k + i) % impls.len();
+                    samples[j].push(one(&libs, path, impls[j], round, i).await);
+                }
+            }
+            let rtt = percentile(&mut hot, 0.5);
+            let idle = if handoff {
+                percentile(&mut idle, 0.5)
+            } else {
+                rtt
+            };
+            let idle_note = if handoff {
+                format!(", after {PARK:?} idle {idle:.1?}")
+            } else {
+                String::new()
+            };
+            println!("  {} (PING {rtt:.1?}{idle_note}):", path_title(path));
+            for (lib, mut s) in impls.iter().zip(samples) {
+                let (p50, p99) = (percentile(&mut s, 0.5), percentile(&mut s, 0.99));
+                let r = rows
+                    .iter_mut()
+                    .find(|r| r.path == path && r.lib == *lib)
+                    .expect("a row per path and library");
+                r.p50.push(p50.as_secs_f64() / rtt.as_secs_f64());
+                r.p99.push(p99.as_secs_f64() / rtt.as_secs_f64());
+                r.idle_p50.push(p50.as_secs_f64() / idle.as_secs_f64());
+                r.idle_p99.push(p99.as_secs_f64() / idle.as_secs_f64());
+                let idle_part = if handoff {
+                    format!(
+                        "; {:.2} / {:.2} idle-PING RTT",
+                        r.idle_p50[round], r.idle_p99[round]
+                    )
+                } else {
+                    String::new()
+                };
+                println!(
+                    "    {lib:<24} p50 {p50:>9.1?} p99 {p99:>9.1?} = {:.2} / {:.2} RTT{idle_part}",
+                    r.p50[round], r.p99[round],
+                );
+            }
+        }
+    }
+    summary(&rows, args.rounds);
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn summary(rows: &[Row], rounds: usize) {
+    println!("\nover {rounds} rounds: median of the rounds' p50 [range], median p99; ratio = p50 / best peer's p50");
+    for (path, _) in PATHS {
+        let unit = if path == "handoff" {
+            "idle-PING RTT"
+        } else {
+            "RTT"
+        };
+        println!("{} (in {unit}):", path_title(path));
+        let of_path: Vec<&Row> = rows.iter().filter(|r| r.path == path).collect();
+        let pick = |r: &Row| {
+            if r.idle_unit {
+                (r.idle_p50.clone(), r.idle_p99.clone())
+            } else {
+                (r.p50.clone(), r.p99.clone())
+            }
+        };
+        let best_peer = of_path
+            .iter()
+            .filter(|r| !r.ours)
+            .map(|r| median(&pick(r).0))
+            .fold(f64::INFINITY, f64::min);
+        for r in of_path {
+            let (p50, p99) = pick(r);
+            let lo = p50.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = p50.iter().copied().fold(0.0, f64::max);
+            let ratio = if r.ours && best_peer.is_finite() {
+                format!("  ratio to the best peer {:.2}", median(&p50) / best_peer)
+            } else {
+                String::new()
+            };
+            let hot = if r.idle_unit {
+                format!("  (hot-PING RTT: p50 {:.2})", median(&r.p50))
+            } else {
+                String::new()
+            };
+            println!(
+                "  {:<24} p50 {:>8.2} [{lo:.2}-{hi:.2}]  p99 {:>8.2}{ratio}{hot}",
+                r.lib,
+                median(&p50),
+                median(&p99)
+            );
+        }
+    }
+}
