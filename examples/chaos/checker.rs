@@ -329,7 +329,9 @@ fn exclusion(lock: &str, list: &[&Hold], windows: &[(u64, u64)], report: &mut Re
 }
 
 /// Fencing tokens rise in grant order: a hold granted after another's belief ended has a
-/// larger token (equal allowed between two reads, which may share one).
+/// larger token. Two reads are not compared: Redis may grant them side by side, and a read
+/// whose reply was delayed (a slow link, a paused process) is then believed after another
+/// read that Redis granted later, with a later token.
 fn token_order(lock: &str, list: &[&Hold], report: &mut Report) {
     // Holds not yet ended, by end time; and the highest tokens of ended ones.
     let mut running: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
@@ -361,7 +363,7 @@ fn token_order(lock: &str, list: &[&Hold], report: &mut Report) {
                 }
             }
             if let Some((t, j)) = best_read {
-                if token < t || (token == t && b.exclusive()) {
+                if b.exclusive() && token <= t {
                     worst = worst.or(Some(j));
                 }
             }

@@ -48,8 +48,10 @@
 //!   SIGCONT is its loss, the belief ends at the SIGSTOP (dlock promises the holder reads
 //!   "lost" at its first look after waking, and it did not act before looking).
 //! * **Mutual exclusion**: per lock name, no two believed holds overlap, except two reads.
-//! * **Fencing**: a hold granted after another's belief ended has a larger token (two reads may
-//!   share one); and the register accepts no write whose token is lower than one it had
+//! * **Fencing**: a hold granted after another's belief ended has a larger token (two reads
+//!   are not compared: Redis grants them side by side, and a read whose reply was delayed is
+//!   believed after a read Redis granted later); and the register accepts no write whose
+//!   token is lower than one it had
 //!   already acknowledged when the write was sent.
 //! * **Semaphore**: at most N (2) believed holders at once.
 //! * **Liveness**: every client is granted something within 8 s of the last fault healing.
