@@ -9,7 +9,7 @@ use dlock::LockClient;
 use tokio::time::Instant;
 
 use crate::common;
-use crate::java::{parked_java_waiter, JavaClient, Side};
+use crate::java::{java_woken_by_release, JavaClient, Side};
 use crate::lock::WOKEN_WITHIN;
 
 async fn cluster_client(cluster: &RedisCluster) -> LockClient {
@@ -89,16 +89,8 @@ async fn on_a_cluster_both_sides_wake_each_other_over_shard_channels_also_after_
     );
 
     // dlock's release reaches a Java shard subscriber: it was an SPUBLISH.
-    let java_waiter = parked_java_waiter(&java, name, 2, Side::Plain).await;
-    let released = Instant::now();
-    g.release().await.unwrap();
-    let (got, ok) = java_waiter.await.unwrap();
-    assert!(ok);
-    assert!(
-        got - released < WOKEN_WITHIN,
-        "Java woke {:?}",
-        got - released
-    );
+    let java_woken = java_woken_by_release(&java, name, 2, g).await;
+    assert!(java_woken < WOKEN_WITHIN, "Java woke {java_woken:?}");
 
     // Java holds again and dlock waits; the slot's master fails over while it waits.
     let waiter = tokio::spawn({
@@ -126,16 +118,8 @@ async fn on_a_cluster_both_sides_wake_each_other_over_shard_channels_also_after_
         got - released
     );
 
-    let java_waiter = parked_java_waiter(&java, name, 3, Side::Plain).await;
-    let released = Instant::now();
-    g.release().await.unwrap();
-    let (got, ok) = java_waiter.await.unwrap();
-    assert!(ok);
-    assert!(
-        got - released < WOKEN_WITHIN,
-        "Java woke {:?}",
-        got - released
-    );
+    let java_woken = java_woken_by_release(&java, name, 3, g).await;
+    assert!(java_woken < WOKEN_WITHIN, "Java woke {java_woken:?}");
     assert_eq!(java.unlock(name, 3, Side::Plain).await, Ok(true));
 }
 

@@ -723,6 +723,22 @@ pub async fn parked_java_waiter(
     waiter
 }
 
+/// Releases `guard` while a Java waiter of `name` (thread `tid`) is parked, and returns how
+/// long after the release the Java side got the lock (it must get it; it keeps it).
+pub async fn java_woken_by_release(
+    java: &Arc<JavaClient>,
+    name: &str,
+    tid: u64,
+    guard: dlock::LockGuard,
+) -> Duration {
+    let java_waiter = parked_java_waiter(java, name, tid, Side::Plain).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (got, ok) = java_waiter.await.unwrap();
+    assert!(ok, "the Java waiter did not get the lock");
+    got - released
+}
+
 impl Drop for JavaClient {
     fn drop(&mut self) {
         self.crash();

@@ -10,7 +10,7 @@ use dlock::LockClient;
 use tokio::time::Instant;
 
 use crate::common::{self, child};
-use crate::java::{parked_java_waiter, prefix_name, JavaClient, Side};
+use crate::java::{java_woken_by_release, prefix_name, JavaClient, Side};
 
 /// Far below any lease in these tests (30 s by default), far above a round trip: a waiter
 /// woken by the release message gets the lock well within it, one that slept until the
@@ -300,12 +300,7 @@ pub async fn wakes_both_ways(
         "dlock woke {dlock_woken:?} after the Java unlock"
     );
 
-    let java_waiter = parked_java_waiter(java, name, 2, Side::Plain).await;
-    let released = Instant::now();
-    guard.release().await.unwrap();
-    let (got, ok) = java_waiter.await.unwrap();
-    assert!(ok);
-    let java_woken = got - released;
+    let java_woken = java_woken_by_release(java, name, 2, guard).await;
     assert!(
         java_woken < WOKEN_WITHIN,
         "the Java side woke {java_woken:?} after dlock's release"
