@@ -203,6 +203,7 @@ impl Waiters {
             settings,
             shared: shared.clone(),
             rx,
+            moved: false,
         };
         let homed = Homed {
             sub: Some(subscriber),
@@ -480,6 +481,10 @@ struct Subscriber {
     settings: WaiterSettings,
     shared: Arc<Shared>,
     rx: mpsc::UnboundedReceiver<Command>,
+    /// A `Reconnect` arrived while a connection was being opened: that connection may have
+    /// been asked for before the primary moved (opening it to a paused old primary succeeds
+    /// once it wakes), so the session it starts ends at once and the next asks again.
+    moved: bool,
 }
 
 impl Subscriber {
@@ -572,8 +577,9 @@ impl Subscriber {
         for _ in 0..self.rx.len() {
             match self.rx.try_recv() {
                 Ok(Command::Subscribe(_, _, ack)) => queued_acks.push(ack),
-                // Moot on a connection just opened (asked for where to connect just now).
-                Ok(Command::Unsubscribe(_) | Command::Reconnect) => {}
+                // Moot on a connection just opened.
+                Ok(Command::Unsubscribe(_)) => {}
+                Ok(Command::Reconnect) => self.moved = true,
                 Err(_) => break,
             }
         }
@@ -612,6 +618,9 @@ impl Subscriber {
 
     /// Applies commands and checks the connection's health until it fails or the client ends.
     async fn serve(&mut self, sink: &mut redis::aio::PubSubSink, reader: &mut Reader) -> Ended {
+        if std::mem::take(&mut self.moved) {
+            return Ended::Lost("the primary moved while this connection was opened");
+        }
         let interval = self.settings.health_interval;
         let mut next_check = Instant::now() + interval;
         loop {
