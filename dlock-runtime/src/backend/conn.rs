@@ -158,6 +158,11 @@ impl Conn {
         }
     }
 
+    /// Whether this is a cluster connection.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.link, Link::Cluster(..))
+    }
+
     /// Groups `keys` (by index) by the node that serves them, so the watchdog can renew them
     /// in one call per node. `None` as the node: send the group the usual way (one server, or
     /// a cluster whose slot map is unknown right now, where each group is one slot).

@@ -100,7 +100,9 @@ impl LockKind for Fair {
             .arg(if hold.hard { 0 } else { millis(hold.lease) })
             .arg(millis(latch_ttl))
             .arg(millis(KEEP_PLACE))
-            .arg(millis(fence_lifetime(hold.lease)));
+            .arg(millis(fence_lifetime(hold.lease)))
+            // The grant's message is what the next holder waits for.
+            .reply_last();
         call
     }
 
