@@ -318,6 +318,49 @@ async fn a_wrong_typed_lock_hash_is_named_in_the_error() {
     check_wrong_type(&e, lock.key(), "lock hash");
 }
 
+/// Item 10 for the fair lock's release, whose keys are type-checked by the reads it needs
+/// (not TYPE calls): a queue, keep-alive set or fencing counter of the wrong type is named, and
+/// the release changes nothing: the lock is still held by its owner afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_release_over_a_wrong_typed_key_names_it_and_changes_nothing() {
+    let server = common::server();
+    let client = common::client(&server).await;
+    let mut conn = common::raw(&server.url()).await;
+    let mut problems = Vec::new();
+    for (part, role) in [
+        ("queue", "fair queue"),
+        ("alive", "fair queue keep-alive"),
+        ("fence", "fencing counter"),
+    ] {
+        let lock = client
+            .fair_lock(format!("trust:errors:fair-release:{part}"))
+            .wait(Duration::ZERO);
+        let guard = lock.acquire().await.expect("acquire");
+        let key = format!("{}:{part}", lock.key());
+        raw_set(&mut conn, &["DEL", &key]).await;
+        raw_set(&mut conn, &["RPUSH", &key, "x"]).await;
+        let e = guard
+            .release()
+            .await
+            .expect_err("release over a wrong-typed key");
+        print!("({part}) ");
+        if let Some(problem) = wrong_type_problem(&e, &key, role) {
+            problems.push(format!("{part}: {problem}"));
+        }
+        let holders: i64 = dlock::redis::cmd("HLEN")
+            .arg(lock.key())
+            .query_async(&mut conn)
+            .await
+            .expect("HLEN");
+        if holders != 1 {
+            problems.push(format!(
+                "{part}: the refused release changed the lock hash ({holders} holders)"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
 /// Item 10: a string where a stock segment should be names that segment's key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_typed_stock_segment_is_named_in_the_error() {

@@ -9,6 +9,15 @@ local function check(key, want, role)
   end
 end
 
+-- The error for a read that failed (`reply` is redis.pcall's error table), naming `key` and what
+-- it is for when its type is the cause; nil when the read succeeded. Typed reads that a script
+-- does anyway check the types for free, where a TYPE call would cost each call a command.
+local function failed(reply, key, want, role)
+  if type(reply) == 'table' and reply.err then
+    return check(key, want, role) or reply
+  end
+end
+
 local function checks()
   return check(KEYS[1], 'hash', 'lock hash') or check(KEYS[2], 'zset', 'fair queue')
     or check(KEYS[3], 'zset', 'fair queue keep-alive') or check(KEYS[4], 'string', 'fencing counter')
@@ -32,9 +41,13 @@ local function prune(now_ms)
   end
 end
 
--- A new token for a free -> held transition: max(last + 1, server time in µs).
-local function next_token(now_us, fence_ms)
-  local last = tonumber(redis.call('GET', KEYS[4]) or '0') or 0
+-- A new token for a free -> held transition: max(last + 1, server time in µs). `read`: the
+-- counter's value if the caller has read it already (false when it does not exist).
+local function next_token(now_us, fence_ms, read)
+  if read == nil then
+    read = redis.call('GET', KEYS[4])
+  end
+  local last = tonumber(read or '0') or 0
   local token = math.max(last + 1, now_us)
   redis.call('SET', KEYS[4], string.format('%.0f', token), 'PX', fence_ms)
   return token
@@ -42,18 +55,18 @@ end
 
 -- Hands the free lock to the head of the queue, if any, for `grant_ms` (the head turns that into
 -- its own lease with a renewal; a head that died lets it expire), and tells it on its channel.
--- Returns true when somebody was granted.
-local function grant_next(grant_ms, fence_ms)
+-- Returns true when somebody was granted. `fence`: the counter as the caller read it (see
+-- next_token).
+local function grant_next(grant_ms, fence_ms, fence)
   local now_ms, now_us = server_time()
   prune(now_ms)
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  local head = redis.call('ZPOPMIN', KEYS[2])[1]
   if not head then
     return false
   end
-  local token = next_token(now_us, fence_ms)
+  local token = next_token(now_us, fence_ms, fence)
   redis.call('HSET', KEYS[1], head, 1)
   redis.call('PEXPIRE', KEYS[1], grant_ms)
-  redis.call('ZREM', KEYS[2], head)
   redis.call('ZREM', KEYS[3], head)
   -- Told on the grantee's own channel: each waiting owner listens on its own, so the message
   -- wakes exactly the one it grants to, also among several waiters of one client.
