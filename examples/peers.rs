@@ -22,6 +22,10 @@
 //!   `acquire` tries once), so its waiter retries at once, which is its fastest possible
 //!   handoff and loads Redis with a request per round trip.
 //!
+//! `--in-task` runs all of it (PINGs included) inside a spawned task, as a request handler or a
+//! job runs, rather than in `main`'s `block_on`, whose every request reaches the connection's
+//! driver task on a worker thread through a thread wake-up.
+//!
 //! Figures are p50/p99 in RTT of the hot PING (handoffs also in the idle PING's), each round's
 //! line, then the median and range of the rounds' p50s, and dlock's ratio to the best peer.
 
@@ -52,6 +56,11 @@ struct Args {
     /// `distributed-lock`): to see one without the others' background work beside it.
     #[arg(long)]
     only: Option<String>,
+    /// Run the measurements inside a spawned task, where a web handler or job runs, instead of
+    /// in `main`'s `block_on` (which reaches every connection's driver task through another
+    /// thread).
+    #[arg(long)]
+    in_task: bool,
 }
 
 /// How long a waiter is given to park before the holder releases (and the idle time of the
@@ -273,6 +282,23 @@ async fn main() {
             RedisLockProvider::new(url.as_str()).await.expect("connect"),
         ],
     };
+    let conn = dlock::redis::Client::open(url.as_str())
+        .expect("redis url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect for PING");
+    let (rounds, in_task) = (args.rounds, args.in_task);
+    let run = measure(libs, conn, args);
+    let rows = if in_task {
+        tokio::spawn(run).await.expect("the measuring task")
+    } else {
+        run.await
+    };
+    summary(&rows, rounds);
+}
+
+/// Every round of every path, printing each round's figures; the rows for the summary.
+async fn measure(libs: Libs, mut conn: MultiplexedConnection, args: Args) -> Vec<Row> {
     let mut rows: Vec<Row> = Vec::new();
     for (path, impls) in PATHS {
         for lib in selected(impls, &args.only) {
@@ -288,11 +314,6 @@ async fn main() {
             });
         }
     }
-    let mut conn = dlock::redis::Client::open(url.as_str())
-        .expect("redis url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect for PING");
     // Warm every connection and code path.
     for (path, impls) in PATHS {
         for lib in selected(impls, &args.only) {
@@ -364,7 +385,7 @@ async fn main() {
             }
         }
     }
-    summary(&rows, args.rounds);
+    rows
 }
 
 fn median(v: &[f64]) -> f64 {
