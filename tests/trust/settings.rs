@@ -318,6 +318,45 @@ async fn a_wrong_typed_lock_hash_is_named_in_the_error() {
     check_wrong_type(&e, lock.key(), "lock hash");
 }
 
+/// Item 10 for the fair lock's acquire, whose keys are type-checked by the reads it needs: a
+/// queue, keep-alive set or fencing counter of the wrong type is named, and the refused acquire
+/// writes nothing (no lock hash).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_acquire_over_a_wrong_typed_key_names_it_and_writes_nothing() {
+    let server = common::server();
+    let client = common::client(&server).await;
+    let mut conn = common::raw(&server.url()).await;
+    let mut problems = Vec::new();
+    for (part, role) in [
+        ("queue", "fair queue"),
+        ("alive", "fair queue keep-alive"),
+        ("fence", "fencing counter"),
+    ] {
+        let lock = client
+            .fair_lock(format!("trust:errors:fair-acquire:{part}"))
+            .wait(Duration::ZERO);
+        let key = format!("{}:{part}", lock.key());
+        raw_set(&mut conn, &["RPUSH", &key, "x"]).await;
+        let e = lock
+            .acquire()
+            .await
+            .expect_err("acquire over a wrong-typed key");
+        print!("({part}) ");
+        if let Some(problem) = wrong_type_problem(&e, &key, role) {
+            problems.push(format!("{part}: {problem}"));
+        }
+        let exists: i64 = dlock::redis::cmd("EXISTS")
+            .arg(lock.key())
+            .query_async(&mut conn)
+            .await
+            .expect("EXISTS");
+        if exists != 0 {
+            problems.push(format!("{part}: the refused acquire wrote the lock hash"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
 /// Item 10 for the fair lock's release, whose keys are type-checked by the reads it needs
 /// (not TYPE calls): a queue, keep-alive set or fencing counter of the wrong type is named, and
 /// the release changes nothing: the lock is still held by its owner afterwards.

@@ -30,9 +30,10 @@ local function server_time()
 end
 
 -- Waiters that stopped keeping their place (their process died) leave the queue; judged by
--- the server's clock only.
-local function prune(now_ms)
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms)
+-- the server's clock only. `gone`: the keep-alive set's expired owners, if the caller has read
+-- them already.
+local function prune(now_ms, gone)
+  gone = gone or redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_ms)
   for _, o in ipairs(gone) do
     redis.call('ZREM', KEYS[2], o)
   end
