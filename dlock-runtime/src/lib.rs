@@ -219,16 +219,21 @@
 //! local replica) costs 0.9-1.4 RTT more per acquire + release than an unsynced one.
 //!
 //! Against peers (`cargo run --release --example peers`: `rslock` and `distributed-lock`'s
-//! Redis backend in the same process, sample by sample; two runs of 5 rounds, PING 52-101 µs
-//! hot): a `#[distributed_lock]` call with an empty body on a fresh key 1.62-1.64 RTT (rslock's
-//! `using` 2.21-2.25, distributed-lock 2.29-2.32; 2.68-2.72 before the attribute returned once
-//! its release was written), since the call returns once the release is written; its floor,
-//! the acquire's round trip plus both scripts' Redis time back to back, is 1.28-1.42
-//! (`cycle`). Uncontended acquire + release with the release awaited: 3.12-3.14 RTT against
-//! rslock's 2.36-2.38 (the fencing counter and the release latch cost Redis CPU). Handoff
-//! across two clients, in idle-PING RTT: 2.30-2.45 (1.96-2.06 with no peer in the process),
-//! fair direct grant 1.56-1.65 (1.55-1.67 alone); rslock's backing-off acquire takes ~850,
-//! distributed-lock's waiter, retrying at once, 1.40-1.43.
+//! Redis backend in the same process, sample by sample; two runs of 5 rounds, PING 70-105 µs
+//! hot, medians of the rounds): a `#[distributed_lock]` call with an empty body on a fresh key
+//! 1.86 RTT (rslock's `using` 2.25-2.31, distributed-lock 2.57-2.63; 3.18-3.30 before the
+//! attribute returned once its release was written), since the call returns once the release
+//! is written; its floor, the acquire's round trip plus both scripts' Redis time back to back,
+//! is 1.21-2.04 (`cycle`, same session). Uncontended acquire + release with the release
+//! awaited: 3.30 RTT against rslock's 2.34: Redis runs two Lua scripts where rslock runs a SET
+//! and one script, and even two minimal lock scripts (no fencing token, no release latch) took
+//! 2.27-2.51 RTT in `cycle`. Handoff across two clients, in idle-PING RTT: 2.40-2.44, fair
+//! direct grant 1.97-2.14 (2.69-2.75 and 2.30-2.39 before the subscriber ran on the caller's
+//! runtime); rslock's backing-off acquire takes ~450-530, distributed-lock's waiter, retrying at
+//! once, 1.10-1.16. With `--in-task` (measured inside a spawned task, as a handler runs): the
+//! call 1.81-1.85 RTT, handoffs 3.42-3.87 and fair 2.80-2.98 (4.68-4.87 and 3.79-3.90 before);
+//! there a hot PING can take ~30 µs (the worker never parks), so every µs of script time
+//! weighs three times as much: the cycle is 3.9-4.3 RTT against rslock's 1.9-2.2.
 //!
 //! # Operating
 //!
