@@ -239,3 +239,43 @@ async fn with_the_replica_stopped_a_synced_acquire_fails_and_leaves_no_lock() {
     g.release().await.unwrap();
     drop(stopped);
 }
+
+/// A fair lock's release goes through the Sentinel link as a PING and the script in one write
+/// (so Redis sends the grant before the releaser's reply): the release is answered, and the
+/// waiter of another client holds by that grant with a higher token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_grant_reaches_the_next_holder_through_sentinel() {
+    let sentinel = RedisSentinel::start().expect("sentinel");
+    let (a, b) = (client(&sentinel).await, client(&sentinel).await);
+    let name = "deploy:sentinel:fair";
+    let held = a.fair_lock(name).acquire().await.expect("first acquire");
+    let first_token = held.fencing_token();
+    let waiting = b.fair_lock(name).wait(Duration::from_secs(20));
+    let waiter = tokio::spawn(async move { waiting.acquire().await });
+    let primary = common::raw(&sentinel.master_url().unwrap()).await;
+    let queue = format!("{}:queue", a.fair_lock(name).key());
+    common::eventually(Duration::from_secs(5), "the waiter queued", || {
+        let (mut conn, queue) = (primary.clone(), queue.clone());
+        async move {
+            let n: i64 = dlock::redis::cmd("ZCARD")
+                .arg(&queue)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            n == 1
+        }
+    })
+    .await;
+    held.release().await.expect("the release is answered");
+    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter holds within 10 s of the release")
+        .expect("waiter task")
+        .expect("the waiter's acquire");
+    assert!(
+        next.fencing_token() > first_token,
+        "the grant's token {} is not above the first holder's {first_token}",
+        next.fencing_token()
+    );
+    next.release().await.expect("second release");
+}
