@@ -92,7 +92,8 @@
 //!   channel, so it holds without another round trip (measured: handoff 1.79 idle-PING
 //!   RTT against 2.83 for the plain lock across clients). Waiters keep their place by coming
 //!   back every 2/3 s; a place not kept for 2 s (server time) is dropped, and a grant lasts
-//!   2 s until its owner renews it: a waiter whose process died is skipped within ~5 s. A
+//!   2 s until its owner renews it (at 2/3 s, by 1 s at the latest, counted from its last
+//!   request): a waiter whose process died is skipped within ~5 s. A
 //!   waiter that times out or is cancelled leaves the queue at once. The order is the order of
 //!   asking whichever client asked: every task stands in Redis's line itself (the plain lock's
 //!   local queue would let another client overtake a busy client's tasks).

@@ -20,6 +20,7 @@ use crate::machinery::scope;
 use crate::machinery::shared::Shared;
 use crate::machinery::telemetry;
 use crate::machinery::waiters::Subscription;
+use crate::machinery::watchdog::FirstRenewal;
 use crate::settings::ReplicaSync;
 
 /// A handle on the lock called `name`; made by [`LockClient::lock`](crate::LockClient::lock). Cheap to clone; holds no
@@ -444,8 +445,8 @@ impl Lock {
                         0
                     } else {
                         give_up.forget();
-                        let due = sent_at + lease / 3;
-                        return Ok(self.holding(hold, registration, pass, token, due, started));
+                        let first = FirstRenewal::at(sent_at + lease / 3);
+                        return Ok(self.holding(hold, registration, pass, token, first, started));
                     }
                 }
                 Attempt::Held { pttl } => {
@@ -485,21 +486,29 @@ impl Lock {
             };
             tracing::debug!(lock = %self.name, ?pttl, confirmed = sub.confirmed(), "dlock: waiting for release");
             let _ = tokio::time::timeout_at(deadline.min(now + pttl), sub.released()).await;
-            if let Some(token) = self.grant_heard(sub, &hold, sent_at) {
+            if let Some((token, first)) = self.grant_heard(sub, &hold, sent_at) {
                 give_up.forget();
-                // Renewed at once: the grant lasts only `grant_lifetime`, not the lease.
-                let due = Instant::now();
-                return Ok(self.holding(hold, registration, pass, token, due, started));
+                return Ok(self.holding(hold, registration, pass, token, first, started));
             }
         }
     }
 
     /// The token of a grant to `hold`'s owner heard on its subscription (kinds whose releases
-    /// hand the lock to a chosen waiter), if it is still valid. Redis made the grant after the
-    /// owner's last attempt (sent at `last_sent`) ran, or that attempt would have found it, so
-    /// the grant's lifetime counts from then, safely early. A hard lease is never taken from a
-    /// message: its next attempt sets its expiry.
-    fn grant_heard(&self, sub: &Subscription, hold: &Hold, last_sent: Instant) -> Option<u64> {
+    /// hand the lock to a chosen waiter), if it is still valid, and when to renew it. Redis made
+    /// the grant after the owner's last attempt (sent at `last_sent`) ran, or that attempt
+    /// would have found it, so the grant's lifetime counts from then, safely early. A hard
+    /// lease is never taken from a message: its next attempt sets its expiry.
+    ///
+    /// The grant lasts only its lifetime, not the owner's lease, until the first renewal
+    /// extends it: at a third of that lifetime, as any lease, and by half of it at the latest
+    /// (not at once, which would wake the watchdog's thread on every handoff; see
+    /// [`FirstRenewal`]).
+    fn grant_heard(
+        &self,
+        sub: &Subscription,
+        hold: &Hold,
+        last_sent: Instant,
+    ) -> Option<(u64, FirstRenewal)> {
         let lifetime = self.kind.grant_lifetime()?;
         // A synced hold is not taken from a message either: its next attempt finds the grant
         // and has replicas confirm it.
@@ -507,20 +516,25 @@ impl Lock {
             return None;
         }
         let token = sub.take_message(|m| self.kind.granted(hold, m))?;
-        hold.confirm_for(last_sent, lifetime.min(hold.lease));
+        let lifetime = lifetime.min(hold.lease);
+        hold.confirm_for(last_sent, lifetime);
+        let first = FirstRenewal {
+            due: last_sent + lifetime / 3,
+            latest: last_sent + lifetime / 2,
+        };
         // Too late to trust: the next attempt finds the grant (and refreshes it) or not.
-        (!hold.is_lost()).then_some(token)
+        (!hold.is_lost()).then_some((token, first))
     }
 
     /// Turns a granted hold into a guard: its token, its local turn (exclusive kinds), its
-    /// first renewal due at `due`.
+    /// first renewal as `first` says.
     fn holding(
         &self,
         hold: Arc<Hold>,
         registration: Registration,
         pass: Option<GatePass>,
         token: u64,
-        due: Instant,
+        first: FirstRenewal,
         started: Instant,
     ) -> LockGuard {
         let token = self.token_from_redis(token);
@@ -530,7 +544,7 @@ impl Lock {
         if self.kind.keeps_gate() {
             *hold.gate.lock().unwrap_or_else(|e| e.into_inner()) = pass;
         }
-        registration.activate(due);
+        registration.activate(first);
         tracing::debug!(lock = %self.name, token, waited = ?started.elapsed(), "dlock: acquired");
         LockGuard::new(self.shared.clone(), hold)
     }
@@ -644,7 +658,7 @@ impl Lock {
         hold.token.store(token, Ordering::Release);
         hold.local_holds.store(1, Ordering::Release);
         hold.begin_holding(token);
-        registration.activate(sent_at + lease / 3);
+        registration.activate(FirstRenewal::at(sent_at + lease / 3));
         Ok(LockGuard::new(self.shared.clone(), hold))
     }
 

@@ -2,12 +2,11 @@
 
 use std::sync::Arc;
 
-use tokio::time::Instant;
-
 use crate::backend::conn::Conn;
 use crate::backend::script::Call;
 use crate::machinery::hold::Hold;
 use crate::machinery::shared::Shared;
+use crate::machinery::watchdog::FirstRenewal;
 
 /// Armed while an acquire request may be on the wire. Dropped armed (the caller's future was
 /// dropped, or the reply was lost), it undoes whatever the server may have granted: the owner
@@ -100,10 +99,10 @@ impl Registration {
         }
     }
 
-    /// The hold is ours: renewals start, the first one at `due`.
-    pub(crate) fn activate(mut self, due: Instant) {
+    /// The hold is ours: renewals start, the first one as `first` says.
+    pub(crate) fn activate(mut self, first: FirstRenewal) {
         if self.watchdog {
-            self.shared.watchdog.activate(self.hold.id, due);
+            self.shared.watchdog.activate(self.hold.id, first);
         }
         self.done = true;
     }
