@@ -235,6 +235,16 @@
 //! call 1.81-1.85 RTT, handoffs 3.42-3.87 and fair 2.80-2.98 (4.68-4.87 and 3.79-3.90 before);
 //! there a hot PING can take ~30 µs (the worker never parks), so every µs of script time
 //! weighs three times as much: the cycle is 3.9-4.3 RTT against rslock's 1.9-2.2.
+//! A later session (another VM of the same size), after the fair grant's first renewal stopped
+//! waking the watchdog's thread: fair grant 1.65-1.70 (1.79-1.80 before, same session), 2.76-2.77
+//! in a task (3.20-3.32); plain handoff unchanged at 2.35-2.37.
+//! `cargo run --release --example handoff_floor` puts each handoff beside the same chain done
+//! with plain redis-rs (a RESP3 push waking a task): a bare PUBLISH reaches a parked task in
+//! 1.19-1.20 idle-PING RTT, a PING plus a script of the fair grant's 15 commands in 1.63-1.81
+//! (dlock's fair grant 1.71-1.73 in the same runs), dlock's own plain release script and then
+//! the woken waiter's acquire script in 2.50-2.55 (dlock's plain handoff 2.44-2.46): both
+//! handoffs are at the floor of their scripts, whose Redis time, cold after the idle wait, is
+//! what separates them from one and two round trips.
 //!
 //! # Operating
 //!
