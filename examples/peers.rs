@@ -7,7 +7,10 @@
 //! `-- --rounds 7 --samples 2000` for more). Every round runs each path sample by sample: a hot
 //! PING (for handoffs also a PING sent after the same idle time as a parked waiter), then one
 //! run of each library in an order that rotates, so the load of a shared machine, which drifts
-//! within seconds, falls on all of them alike.
+//! within seconds, falls on all of them alike. Each run is followed by a PING that is not
+//! counted: dlock's call returns with its release's reply still to come, and that reply must
+//! not land on the next library's clock (before this, it made the peers' calls and the PING
+//! look slower).
 //!
 //! Paths:
 //! * **cycle**: acquire + release of one key, uncontended, the release awaited;
@@ -346,6 +349,10 @@ async fn measure(libs: Libs, mut conn: MultiplexedConnection, args: Args) -> Vec
                 for k in 0..impls.len() {
                     let j = (k + i) % impls.len();
                     samples[j].push(one(&libs, path, impls[j], round, i).await);
+                    // Uncounted: dlock's call returns with its release still in flight, and
+                    // without this the next library's sample (or the next PING) waited behind
+                    // it. Every library gets the same pause, so none is favoured.
+                    ping(&mut conn, Duration::ZERO).await;
                 }
             }
             let rtt = percentile(&mut hot, 0.5);
