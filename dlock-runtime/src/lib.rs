@@ -67,6 +67,15 @@
 //! * **Waits are honoured**: each attempt is bounded by what is left of the wait (at least
 //!   250 ms, so the last attempt can be answered; `try_acquire` by the response timeout). An
 //!   attempt cut short is cleaned up like a cancelled one.
+//! * **Passing faults are waited out, never stranded**: a server's "not now" (`LOADING` while
+//!   a restart reads a large dataset, `TRYAGAIN` during a slot migration, `CLUSTERDOWN`,
+//!   `MASTERDOWN`) is retried within an acquire's wait, and so is a broken link once Redis has
+//!   refused the acquire (a first attempt that cannot reach Redis is the caller's answer at
+//!   once). A waiter whose retry broke keeps its owner id, so the next attempt adopts a grant
+//!   Redis made unseen (its lease counted from the attempt that may have made it) instead of
+//!   being refused by it; if the wait ends first, that owner is released. Releases, renewals
+//!   and the undo of a cancelled acquire retry the same faults (50 ms doubling to 1 s) until
+//!   Redis answers or the lease has surely ended.
 //! * **The client's work does not depend on the caller's runtime**: the watchdog, the
 //!   subscriber, background releases and orphan clean-ups run on the client's own thread (one
 //!   per client), so a client kept in a `static` and used from several `#[tokio::test]`

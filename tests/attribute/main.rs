@@ -4,6 +4,9 @@
 //!
 //! One test binary for the area (one link instead of one per file); each file is a module.
 
+#[path = "../common/mod.rs"]
+mod common;
+
 mod axum;
 mod behaviour;
 mod family;

@@ -2,7 +2,8 @@
 //! used to die with the process: a guard dropped just before `main` returned left its lock held
 //! for the whole lease. Now the drop of a client's last handle waits for queued releases, and
 //! `shutdown()` (the client's, or `dlock::shutdown()` for the installed one) also releases
-//! what is still held.
+//! what is still held. An installed client whose program forgot `dlock::shutdown()` still
+//! sends the releases queued at exit (issue 28 item 8: a lock stayed held in 1 run of 5).
 
 use crate::common::{self, child};
 
@@ -13,6 +14,8 @@ use dlock::{LockClient, LockError};
 const URL: &str = "DLOCK_EXIT_URL";
 const MODE: &str = "DLOCK_EXIT_MODE";
 const LEASE: Duration = Duration::from_secs(30);
+/// Locks the "forgot" program holds and drops just before it exits.
+const FORGOT_LOCKS: usize = 50;
 
 /// The child process: a `#[tokio::main]` program in one of three shapes, which exits the way
 /// returning from `main` does (the runtime dropped, then `exit`, whatever threads still run).
@@ -26,7 +29,10 @@ fn exiting_program() {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(async move {
+    // Guards the program drops after its runtime is gone, right before it exits (a guard
+    // dropped on any thread is released: this is the tightest race with the exit).
+    let mut kept = Vec::new();
+    rt.block_on(async {
         match mode.as_str() {
             // The client a local variable of `main`: the guard dropped, then the client.
             "local" => {
@@ -53,6 +59,16 @@ fn exiting_program() {
                 drop(client);
                 dlock::shutdown().await;
             }
+            // The installed client, and no `dlock::shutdown()`: guards dropped, then `main`
+            // returns. Several locks, so that a release lost to the exit shows every run.
+            "forgot" => {
+                LockClient::connect(&url).await.unwrap().install();
+                let client = LockClient::global().unwrap();
+                for i in 0..FORGOT_LOCKS {
+                    let lock = client.lock(format!("exit:forgot:{i}")).ttl(LEASE);
+                    kept.push(lock.acquire().await.unwrap());
+                }
+            }
             // A guard still alive at shutdown.
             "held" => {
                 let client = LockClient::connect(&url).await.unwrap();
@@ -64,6 +80,7 @@ fn exiting_program() {
         println!("MAIN RETURNS");
     });
     drop(rt);
+    drop(kept);
     std::process::exit(0);
 }
 
@@ -72,7 +89,7 @@ async fn a_program_that_returns_from_main_leaves_its_locks_free() {
     let server = common::server();
     let mut admin = common::raw(&server.url()).await;
     let checker = common::client(&server).await;
-    for mode in ["local", "installed", "held"] {
+    for mode in ["local", "installed", "forgot", "held"] {
         let env = [(URL, server.url()), (MODE, mode.to_owned())];
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let (mut process, mut lines) = child::spawn(module_path!(), "exiting_program", &env);
@@ -83,14 +100,22 @@ async fn a_program_that_returns_from_main_leaves_its_locks_free() {
             .unwrap();
         assert!(status.success(), "{mode}: {status}");
         // At once, not eventually: nothing of the program is left to send anything.
-        let lock = checker.lock(format!("exit:{mode}"));
-        let left = lock.remaining_ttl().await.unwrap();
-        assert_eq!(
-            left,
-            None,
-            "{mode}: the lock outlived its program: {}",
-            common::describe_lock(&mut admin, lock.key()).await
-        );
+        let names: Vec<String> = match mode {
+            "forgot" => (0..FORGOT_LOCKS)
+                .map(|i| format!("exit:forgot:{i}"))
+                .collect(),
+            _ => vec![format!("exit:{mode}")],
+        };
+        for name in names {
+            let lock = checker.lock(name);
+            let left = lock.remaining_ttl().await.unwrap();
+            assert_eq!(
+                left,
+                None,
+                "{mode}: the lock outlived its program: {}",
+                common::describe_lock(&mut admin, lock.key()).await
+            );
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! Sentinel-managed primary), the client's own thread that drives them, the cluster slot map,
 //! Lua scripts and their loading (one FUNCTION library), and how names become hash-tagged keys.
 //!
-//! Imports only `settings` and `error`. Bottom to top: `names`, `open`, `thread`, `slots`,
+//! Imports only `settings` and `error`. Bottom to top: `retry`, `names`, `open`, `thread`, `slots`,
 //! `sentinel_ask`, `sentinel_events`, `sentinel`, `library`, `conn`, `script`, `topology`,
 //! `sync_conn`.
 
@@ -11,6 +11,7 @@ pub(crate) mod conn;
 pub(crate) mod library;
 pub(crate) mod names;
 pub(crate) mod open;
+pub(crate) mod retry;
 pub(crate) mod script;
 pub(crate) mod sentinel;
 pub(crate) mod sentinel_ask;

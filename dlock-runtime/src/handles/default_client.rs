@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::RwLock;
 
 use crate::error::LockError;
-use crate::handles::client::LockClient;
+use crate::handles::client::{flush_blocking, LockClient};
 
 tokio::task_local! {
     static TASK_DEFAULT: LockClient;
@@ -17,10 +17,37 @@ tokio::task_local! {
 
 static GLOBAL: RwLock<Option<LockClient>> = RwLock::new(None);
 
+thread_local! {
+    /// Set up by `install()` on the thread that calls it (the thread running `main` in a
+    /// `#[tokio::main]` program). The installed client lives in a `static`, which is never
+    /// dropped, so a guard dropped just before `main` returns would leave its release queued
+    /// on the client's thread while the process exits, and the lock held for its lease. A
+    /// thread-local's destructor runs when its thread ends, and for the thread that returns
+    /// from `main` or calls `std::process::exit` that is inside `exit` (glibc runs the exiting
+    /// thread's destructors there), after the runtime and every task on it were dropped.
+    static FLUSH_AT_EXIT: FlushAtExit = const { FlushAtExit };
+}
+
+/// See [`FLUSH_AT_EXIT`].
+struct FlushAtExit;
+
+impl Drop for FlushAtExit {
+    fn drop(&mut self) {
+        // `try_read`: never wait on the slot at exit (a thread that died holding it).
+        let installed = GLOBAL.try_read().ok().and_then(|slot| slot.clone());
+        if let Some(client) = installed {
+            flush_blocking(&client.shared, "the process exited");
+        }
+    }
+}
+
 /// Shuts down the installed client (see [`LockClient::shutdown`]) and uninstalls it; does
-/// nothing when none is installed. The installed client lives in a `static`, which is never
-/// dropped: without this call, a release still queued when `main` returns is lost with the
-/// process, and the lock stays held for its lease.
+/// nothing when none is installed. Call it before `main` returns: it also gives back the locks
+/// still held (a guard kept in a task that is still running), and waits for Redis's answers.
+/// Without it, the releases already queued when the process exits are still sent: the
+/// thread that installed the client waits for them as it ends (at most the response timeout
+/// or 2 s), where the platform runs that thread's destructors at exit (Linux with glibc, the
+/// platform CI checks).
 pub async fn shutdown() {
     let installed = GLOBAL.write().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(client) = installed {
@@ -32,6 +59,8 @@ impl LockClient {
     /// Makes this client the process default, returned by [`LockClient::global`] and used by
     /// `#[distributed_lock]` without `client = ...`. Returns the client it replaces, if any.
     pub fn install(self) -> Option<LockClient> {
+        // Registers the exit-time flush on this thread (once per thread).
+        FLUSH_AT_EXIT.with(|_| {});
         let mut slot = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
         slot.replace(self)
     }

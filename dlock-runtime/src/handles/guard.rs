@@ -137,6 +137,13 @@ impl LockGuard {
     ///
     /// Cancel-safe: if this future is dropped half-way (a caller's timeout), the release is
     /// finished in the background with the same request id, so it is applied exactly once.
+    ///
+    /// Passing faults (a broken link, a Redis restarting or still `LOADING` its data, a slot
+    /// being migrated: `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`) are retried with a backoff
+    /// (50 ms doubling to 1 s) for up to the client's response timeout; if Redis still has not
+    /// answered, this returns that error and the release goes on in the background, with the
+    /// same request id, until Redis answers or the lease has ended. A dropped guard's and a
+    /// written release's background release do the same.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.released = true;
         release::release(&self.shared, &self.hold).await
@@ -164,13 +171,15 @@ impl LockGuard {
     ///   keeps the order) and [`Lock::try_acquire`](crate::Lock::try_acquire) right after
     ///   succeeds. Only a connection replaced in between (a reconnect, or the switch to the
     ///   client's own connections when the caller's runtime ended) loses that order: the
-    ///   acquire then finds the lock still held and waits for the release's message.
+    ///   acquire then finds the lock still held and waits for the release's message. A
+    ///   replica-synced acquire (which has a connection of its own) waits for this client's
+    ///   written releases of the lock to be answered before it is sent.
     /// * **Other processes** may still see the lock held for up to one round trip after this
     ///   returned (the release is on its way); waiters among them are woken by its message
     ///   as with any release.
     /// * **A lost or failed reply** is handled in the background, as for a dropped guard: the
-    ///   release is retried with the same request id (applied at most once) and a failure is
-    ///   logged at `warn`; the lease expires on its own if Redis stays unreachable.
+    ///   release is retried with the same request id (applied at most once) through passing
+    ///   faults until Redis answers or the lease has ended, and a failure is logged at `warn`.
     ///
     /// Await [`LockGuard::release`] instead to learn the outcome
     /// ([`LockError::NotHeld`] when the lock was lost) or to know every process can see the

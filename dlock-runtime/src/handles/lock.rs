@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::names::LockKeys;
+use crate::backend::retry::{self, Backoff};
 use crate::backend::sync_conn::Purpose;
 use crate::error::LockError;
 use crate::handles::guard::LockGuard;
@@ -395,26 +396,39 @@ impl Lock {
         // Set once Redis refused this acquire: from then on it is waiting, and a broken link
         // (a failover, a restart) is something to wait out, not the caller's answer.
         let mut refused = false;
-        let mut pause = RIDE_OUT_FIRST_PAUSE;
+        let mut backoff = Backoff::new();
+        // When the first attempt of this owner that may have been granted unseen was sent (its
+        // link broke before the reply): a grant found later may date from then.
+        let mut unseen_since: Option<Instant> = None;
         loop {
             self.check_open()?;
             let sent_at = Instant::now();
             let bound = self.attempt_bound(sent_at, deadline, wait, &hold);
-            let attempt = match tokio::time::timeout_at(bound, self.attempt(&hold, None)).await {
+            // Once refused, a broken link is waited out under the same owner: the failed
+            // attempt is not undone, and the next one finds a grant it may have made.
+            let keep_owner = refused;
+            let attempt = self.attempt(&hold, None, keep_owner);
+            let attempt = match tokio::time::timeout_at(bound, attempt).await {
                 Ok(Ok(attempt)) => attempt,
-                Ok(Err(e)) if refused && is_link_error(&e) && Instant::now() + pause < deadline => {
-                    tracing::debug!(lock = %self.name, error = %e, "dlock: a retry failed while waiting; waiting on with a new owner");
-                    // The failed attempt's orphan clean-up undoes whatever Redis may have
-                    // granted it; a new owner id keeps that undo off the next grant. What the
-                    // old owner's refusals left (a fair queue place, a writer's claim) goes too.
-                    give_up.let_go();
-                    (hold, registration) = new_hold();
-                    subscription = None;
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(RIDE_OUT_MAX_PAUSE);
+                Ok(Err(e)) if passes(&e, refused) && Instant::now() + backoff.peek() < deadline => {
+                    tracing::debug!(lock = %self.name, error = %e, "dlock: an attempt failed on a passing fault; trying again within the wait");
+                    if keep_owner && is_link_error(&e) {
+                        // Redis may have granted it, and nobody undoes that now: the next
+                        // attempt of the same owner adopts it, and if this acquire ends without
+                        // the lock, its give-up releases it (whatever the kind).
+                        unseen_since.get_or_insert(sent_at);
+                        give_up.arm_always(&hold);
+                    }
+                    tokio::time::sleep(backoff.next_pause()).await;
                     continue;
                 }
-                Ok(Err(e)) => return Err(e),
+                Ok(Err(e)) => {
+                    if keep_owner && is_link_error(&e) {
+                        // Not undone by the attempt (see above): the give-up releases it.
+                        give_up.arm_always(&hold);
+                    }
+                    return Err(e);
+                }
                 // Dropping the attempt armed its orphan clean-up: whatever Redis may still
                 // grant is released as soon as it arrives.
                 Err(_) => return Err(self.no_reply(started)),
@@ -429,7 +443,10 @@ impl Lock {
                             name: self.name.clone(),
                         });
                     }
-                    hold.confirm(sent_at);
+                    // A grant adopted from an attempt whose reply was lost counts from that
+                    // attempt's send: Redis may not have set the lease again since.
+                    let granted_from = unseen_since.map_or(sent_at, |t| t.min(sent_at));
+                    hold.confirm(granted_from);
                     if hold.is_lost() {
                         // The reply came after the lease it granted could be trusted (a paused
                         // process, a slow link): give it back if still ours, and go on waiting.
@@ -438,6 +455,7 @@ impl Lock {
                         tracing::warn!(lock = %self.name, late_by = ?sent_at.elapsed(), "dlock: acquire reply arrived after its lease; releasing it");
                         crate::machinery::release::spawn_release(self.shared.clone(), hold.clone());
                         (hold, registration) = new_hold();
+                        unseen_since = None;
                         // A kind that tells each owner on its own channel (the fair lock) must
                         // listen on the new owner's.
                         subscription = None;
@@ -445,14 +463,14 @@ impl Lock {
                         0
                     } else {
                         give_up.forget();
-                        let first = FirstRenewal::at(sent_at + lease / 3);
+                        let first = FirstRenewal::at(granted_from + lease / 3);
                         return Ok(self.holding(hold, registration, pass, token, first, started));
                     }
                 }
                 Attempt::Held { pttl } => {
                     give_up.arm(&hold);
                     refused = true;
-                    pause = RIDE_OUT_FIRST_PAUSE;
+                    backoff.reset();
                     pttl
                 }
             };
@@ -630,7 +648,7 @@ impl Lock {
             hard: false,
             ..hold.claim.clone()
         };
-        let attempt = self.attempt_as(&hold, &request, Some(&marker));
+        let attempt = self.attempt_as(&hold, &request, Some(&marker), false);
         let attempt = match tokio::time::timeout_at(bound, attempt).await {
             Ok(attempt) => attempt?,
             Err(_) => return Err(self.no_reply(sent_at)),
@@ -690,7 +708,7 @@ impl Lock {
         // Orphan undoes the Redis side), so the enclosing release still knows it is the last.
         let local = LocalHold(&parent, true);
         let sent_at = Instant::now();
-        let result = self.attempt(&parent, Some(&marker)).await;
+        let result = self.attempt(&parent, Some(&marker), false).await;
         match result {
             Ok(Attempt::Acquired { count, .. }) if count > 1 => {
                 local.keep();
@@ -726,8 +744,16 @@ impl Lock {
     /// Sends one acquire script. If this future is dropped after the send, or the reply is
     /// lost, the `Orphan` undoes what the server may have done, on the same connection so it
     /// runs after the acquire.
-    async fn attempt(&self, hold: &Hold, reentry: Option<&str>) -> Result<Attempt, LockError> {
-        self.attempt_as(hold, &hold.claim, reentry).await
+    /// `keep_owner`: the caller tries again under the same owner after a broken link (and
+    /// releases it if it gives up), so such a failure is not undone here.
+    async fn attempt(
+        &self,
+        hold: &Hold,
+        reentry: Option<&str>,
+        keep_owner: bool,
+    ) -> Result<Attempt, LockError> {
+        self.attempt_as(hold, &hold.claim, reentry, keep_owner)
+            .await
     }
 
     /// [`Lock::attempt`] with the script's arguments read from `request` rather than `hold`'s
@@ -737,9 +763,12 @@ impl Lock {
         hold: &Hold,
         request: &Claim,
         reentry: Option<&str>,
+        keep_owner: bool,
     ) -> Result<Attempt, LockError> {
         if let Some(sync) = hold.sync {
-            return self.attempt_synced(hold, request, reentry, sync).await;
+            return self
+                .attempt_synced(hold, request, reentry, sync, keep_owner)
+                .await;
         }
         // The key's own connection: a release of it returned once written is ahead on it.
         let mut conn = self.shared.conn_for(&hold.keys.key);
@@ -757,8 +786,8 @@ impl Lock {
             Err(e) => {
                 // A server error means the script did not change anything (scripts check
                 // before they write). A timeout or a dropped connection is ambiguous: the
-                // Orphan (still armed) cleans up.
-                if matches!(e.kind(), redis::ErrorKind::Server(_)) {
+                // Orphan (still armed) cleans up, unless the caller keeps the owner.
+                if keep_owner || matches!(e.kind(), redis::ErrorKind::Server(_)) {
                     orphan.disarm();
                 }
                 Err(self.redis_error("acquire", e))
@@ -775,7 +804,11 @@ impl Lock {
         request: &Claim,
         reentry: Option<&str>,
         sync: ReplicaSync,
+        keep_owner: bool,
     ) -> Result<Attempt, LockError> {
+        // A release of this key this client wrote is answered first: on its own connection,
+        // this request could overtake it (see `machinery/written.rs`).
+        self.shared.written.settled(&hold.keys.key).await;
         let mut conn = (self.shared.sync_conn.get(sync, Purpose::Acquire).await)
             .map_err(|e| self.redis_error("acquire", e))?;
         let orphan = Orphan::new(&self.shared, conn.clone(), hold, reentry.map(str::to_owned));
@@ -817,7 +850,7 @@ impl Lock {
                 }
             }
             Err(e) => {
-                if matches!(e.kind(), redis::ErrorKind::Server(_)) {
+                if keep_owner || matches!(e.kind(), redis::ErrorKind::Server(_)) {
                     orphan.disarm();
                 }
                 Err(self.redis_error("acquire", e))
@@ -831,21 +864,24 @@ impl Lock {
 /// take tens of milliseconds, and giving up sooner would only turn a free lock into a timeout.
 const ATTEMPT_GRACE: Duration = Duration::from_millis(250);
 
-/// First pause before a waiting acquire tries again after a broken link; doubled after each
-/// further failure up to [`RIDE_OUT_MAX_PAUSE`], so a Redis that stays down is asked about once
-/// a second until the wait ends.
-const RIDE_OUT_FIRST_PAUSE: Duration = Duration::from_millis(50);
-const RIDE_OUT_MAX_PAUSE: Duration = Duration::from_secs(1);
-
 /// Whether an acquire failed because the link to Redis did (refused, dropped, timed out, or
 /// a reply from a primary that was replaced), rather than because Redis answered with an
 /// error.
 fn is_link_error(e: &LockError) -> bool {
-    matches!(e, LockError::Redis { source, .. }
-        if source.is_io_error()
-            || source.is_connection_dropped()
-            || source.is_connection_refusal()
-            || source.is_timeout())
+    matches!(e, LockError::Redis { source, .. } if retry::is_link_error(source))
+}
+
+/// Whether an attempt's failure is waited out within the wait: a server's "not now"
+/// (`LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`: nothing ran) always; a broken link
+/// once Redis has refused this acquire (before that, a Redis that cannot be reached is the
+/// caller's answer at once).
+fn passes(e: &LockError, refused: bool) -> bool {
+    match e {
+        LockError::Redis { source, .. } => {
+            retry::is_not_now(source) || (refused && retry::is_link_error(source))
+        }
+        _ => false,
+    }
 }
 
 /// `start + wait`, where a wait too long to represent (`Duration::MAX`: "as long as it takes")
@@ -881,11 +917,10 @@ impl GiveUp {
         }
     }
 
-    /// Takes the trace back in the background: the acquire goes on under another owner.
-    fn let_go(&mut self) {
-        if let Some(hold) = self.hold.take() {
-            crate::machinery::release::spawn_release(self.shared.clone(), hold);
-        }
+    /// Records that `hold`'s owner may hold the lock unseen (a reply lost on a broken link),
+    /// whatever the kind: an acquire that ends without the lock must release it.
+    fn arm_always(&mut self, hold: &Arc<Hold>) {
+        self.hold = Some(hold.clone());
     }
 
     /// Nothing to take back: the owner holds the lock, or its hold is being released anyway.

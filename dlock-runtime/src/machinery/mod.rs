@@ -2,7 +2,7 @@
 //! the local gate and handoff, waiters, the watchdog, orphan clean-up and releases.
 //!
 //! Imports `settings`, `error`, `backend` and `kinds`; nothing here names a public handle.
-//! Bottom to top: `telemetry`, `gate`, `hold`, `scope`, `waiters`, `watchdog`, `failover_watch`,
+//! Bottom to top: `telemetry`, `written`, `gate`, `hold`, `scope`, `waiters`, `watchdog`, `failover_watch`,
 //! `primary_switch`, `shared`,
 //! `orphan`, `release`, `shutdown`.
 
@@ -19,3 +19,4 @@ pub(crate) mod shutdown;
 pub(crate) mod telemetry;
 pub(crate) mod waiters;
 pub(crate) mod watchdog;
+pub(crate) mod written;

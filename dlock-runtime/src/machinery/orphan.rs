@@ -1,8 +1,10 @@
 //! Clean-up for acquires that end without a guard: cancelled, timed out, or failed.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::backend::conn::Conn;
+use crate::backend::retry::{self, Backoff};
 use crate::backend::script::Call;
 use crate::machinery::hold::Hold;
 use crate::machinery::shared::Shared;
@@ -16,6 +18,8 @@ pub(crate) struct Orphan {
     shared: Arc<Shared>,
     conn: Conn,
     key: String,
+    /// The longest the grant being undone can live: the undo keeps trying that long.
+    lease: Duration,
     undo: Option<Call<'static>>,
 }
 
@@ -37,6 +41,7 @@ impl Orphan {
             shared: shared.clone(),
             conn,
             key: hold.keys.key.clone(),
+            lease: hold.lease,
             undo: Some(undo),
         }
     }
@@ -55,21 +60,27 @@ impl Drop for Orphan {
         let mut conn = self.conn.clone();
         let mut fallback = self.shared.background_conn();
         let key = std::mem::take(&mut self.key);
+        let horizon = self.lease.saturating_add(Duration::from_secs(2));
         // On the client's thread, so a future dropped anywhere (a plain thread, a runtime
         // shutting down) is still cleaned up.
         self.shared.bg.spawn_cleanup(async move {
+            let started = tokio::time::Instant::now();
+            let mut backoff = Backoff::new();
             // Read as a bare value: releases answer a count or `{0, listeners}`, and only a
             // failure to get an answer at all may be retried.
-            let first = undo.invoke_async::<redis::Value>(&mut conn).await;
-            // The acquire's connection may be gone with its runtime, or broken: try once more
-            // on the client's own connection. Owner-conditional, so it is safe to repeat.
-            let result = match first {
-                Err(e) if !matches!(e.kind(), redis::ErrorKind::Server(_)) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    undo.invoke_async::<redis::Value>(&mut fallback).await
+            let mut result = undo.invoke_async::<redis::Value>(&mut conn).await;
+            // Tried again through passing faults (Redis down, restarting, still loading) for
+            // as long as the grant could live: a grant restored by a restart would otherwise
+            // stay held by nobody until its lease ends. Owner-conditional (an undo of a
+            // re-entry is marker-conditional), so it is safe to repeat. After the first try,
+            // on the client's own connection: the acquire's may be gone with its runtime.
+            while let Err(e) = &result {
+                if !retry::is_transient(e) || started.elapsed() + backoff.peek() >= horizon {
+                    break;
                 }
-                other => other,
-            };
+                tokio::time::sleep(backoff.next_pause()).await;
+                result = undo.invoke_async::<redis::Value>(&mut fallback).await;
+            }
             match result {
                 Ok(r) => tracing::debug!(%key, result = ?r, "dlock: cleaned up after a cancelled acquire"),
                 Err(e) => tracing::warn!(%key, error = %e, "dlock: clean-up of a cancelled acquire failed; a possible hold expires with its TTL"),

@@ -40,14 +40,17 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use tokio::runtime::RuntimeFlavor;
 use tokio::time::Instant;
 
+use crate::backend::retry::{self, Backoff};
 use crate::backend::thread::Running;
 use crate::error::LockError;
 use crate::machinery::gate::{GatePass, Handed};
 use crate::machinery::hold::Hold;
 use crate::machinery::shared::Shared;
 use crate::machinery::telemetry;
+use crate::machinery::written::InFlight;
 use crate::settings::LOCAL_TOKENS;
 
 /// The fencing token of a hold Redis granted with counter value `redis`.
@@ -92,6 +95,8 @@ struct Pending {
     last: bool,
     latch: String,
     done: bool,
+    /// A written release, counted until answered (see `machinery/written.rs`).
+    in_flight: Option<InFlight>,
 }
 
 impl Pending {
@@ -102,6 +107,7 @@ impl Pending {
             last,
             latch: shared.unique_id(),
             done: false,
+            in_flight: None,
         }
     }
 
@@ -113,9 +119,14 @@ impl Pending {
             &self.latch,
             false,
             None,
+            Patience::Caller,
         )
         .await;
-        self.done = true;
+        // A passing fault that outlasted the caller's patience (Redis restarting, loading its
+        // data): the caller hears of it, and the release goes on in the background, with the
+        // same request id, until Redis answers or the lease has ended (Drop sends it).
+        self.done =
+            !matches!(&result, Err(LockError::Redis { source, .. }) if retry::is_transient(source));
         result
     }
 
@@ -124,7 +135,7 @@ impl Pending {
     /// and requests queued later on it reach Redis after it). The reply is then awaited by a
     /// task, which retries with the same latch id if it is lost; dropped unfinished (its
     /// runtime shut down), this `Pending` goes to the client's thread like a dropped guard's.
-    async fn send_written(self) {
+    async fn send_written(mut self) {
         let shared = self.shared.clone();
         let mut conn = shared.conn_for(&self.hold.keys.key);
         let call = self
@@ -139,6 +150,10 @@ impl Pending {
             Poll::Ready(reply) => Box::pin(std::future::ready(reply)),
             Poll::Pending => first,
         };
+        if written {
+            // A replica-synced acquire of this client, on another connection, waits for it.
+            self.in_flight = Some(shared.written.begin(&self.hold.keys.key));
+        }
         if written && self.last && !self.hold.yields_next() {
             // This client's next acquire of the key may go now: it is sent on the same
             // connection, behind the release. Only a courtesy owed to other processes (the end
@@ -151,8 +166,14 @@ impl Pending {
         };
         let task = awaiting.run(first, sent_at);
         match tokio::runtime::Handle::try_current() {
-            Ok(here) => drop(here.spawn(task)),
-            Err(_) => shared.bg.spawn(task),
+            // Where the caller's connections live, so the reply wakes no other thread.
+            Ok(here) if here.runtime_flavor() == RuntimeFlavor::MultiThread => {
+                drop(here.spawn(task))
+            }
+            // Not on a current-thread runtime: the thread that runs it may be the one that
+            // drops the client's last handle next, which blocks it until this task ends, and
+            // then it never would.
+            _ => shared.bg.spawn(task),
         }
     }
 
@@ -163,6 +184,7 @@ impl Pending {
 
     fn spawn(mut self) {
         self.done = true;
+        let in_flight = self.in_flight.take();
         let Pending {
             shared,
             hold,
@@ -176,7 +198,10 @@ impl Pending {
         shared.bg.spawn_cleanup({
             let shared = shared.clone();
             async move {
-                if let Err(e) = finish_release(&shared, &hold, last, &latch, true, None).await {
+                let _in_flight = in_flight;
+                if let Err(e) =
+                    finish_release(&shared, &hold, last, &latch, true, None, Patience::Lease).await
+                {
                     tracing::warn!(lock = %hold.name, error = %e, "dlock: background release failed");
                 }
             }
@@ -206,9 +231,11 @@ impl AwaitReply {
             &p.latch,
             false,
             Some((first, sent_at)),
+            Patience::Lease,
         )
         .await;
         self.pending.done = true;
+        self.pending.in_flight = None;
         if let Err(e) = result {
             tracing::warn!(lock = %self.pending.hold.name, error = %e, "dlock: release failed; the lease expires on its own");
         }
@@ -224,6 +251,7 @@ impl Drop for Pending {
                 last: self.last,
                 latch: std::mem::take(&mut self.latch),
                 done: false,
+                in_flight: self.in_flight.take(),
             }
             .spawn();
         }
@@ -263,12 +291,18 @@ async fn finish_release(
     latch: &str,
     background: bool,
     first: Option<(Request, Instant)>,
+    patience: Patience,
 ) -> Result<(), LockError> {
     let (first, sent_at) = match first {
         Some((request, at)) => (Some(request), at),
         None => (None, Instant::now()),
     };
-    let result = release_script(shared, hold, latch, background, first).await;
+    let tries = Tries {
+        background,
+        last,
+        patience,
+    };
+    let result = release_script(shared, hold, latch, tries, first).await;
     if last {
         // Only now may the next task of this process try: the lock is free (or expiring). It
         // owes a waiter of another process a head start only if one may have heard the release.
@@ -298,7 +332,10 @@ pub(crate) fn spawn_release(shared: Arc<Shared>, hold: Arc<Hold>) {
     let bg = &shared.clone().bg;
     bg.spawn_cleanup(async move {
         let latch = shared.unique_id();
-        let _ = release_script(&shared, &hold, &latch, true, None).await;
+        let tries = Tries::background_last();
+        if let Err(e) = release_script(&shared, &hold, &latch, tries, None).await {
+            tracing::warn!(lock = %hold.name, error = %e, "dlock: background release failed; the lock ends with its lease");
+        }
     });
 }
 
@@ -309,7 +346,12 @@ pub(crate) async fn release_all_counts(shared: &Arc<Shared>, hold: &Hold) {
     // (re-entries may come and go meanwhile: a count is not read once and trusted).
     for _ in 0..MAX_SHUTDOWN_RELEASES {
         let latch = shared.unique_id();
-        match release_script(shared, hold, &latch, true, None).await {
+        // One count of several: repeated after its latch expired, it would take a second one.
+        let tries = Tries {
+            last: false,
+            ..Tries::background_last()
+        };
+        match release_script(shared, hold, &latch, tries, None).await {
             Ok(r) if r.left > 0 => {}
             Ok(_) => return,
             Err(e) => {
@@ -327,7 +369,11 @@ const MAX_SHUTDOWN_RELEASES: usize = 1024;
 /// have released expires with its lease).
 pub(crate) async fn release_quietly(shared: &Arc<Shared>, hold: &Hold) {
     let latch = shared.unique_id();
-    if let Err(e) = release_script(shared, hold, &latch, false, None).await {
+    let tries = Tries {
+        background: false,
+        ..Tries::background_last()
+    };
+    if let Err(e) = release_script(shared, hold, &latch, tries, None).await {
         tracing::debug!(lock = %hold.name, error = %e, "dlock: clean-up release failed");
     }
 }
@@ -369,28 +415,71 @@ impl Released {
     }
 }
 
-/// Runs release.lua, retrying lost replies with the same request id: the latch in Redis
-/// answers a retry of a release that already ran instead of releasing twice. A `background`
-/// release goes over a connection the client's own thread drives, never one of the caller's
-/// runtime: that runtime may be shutting down (a process returning from `main`), or blocked
-/// waiting for this very release (the drop of a client's last handle). `first`: the first
-/// attempt, already sent.
+/// How long a release keeps trying through passing faults (see `backend/retry.rs`).
+#[derive(Clone, Copy, Debug)]
+enum Patience {
+    /// Until the lease has surely ended in Redis: nothing is left to release after that.
+    Lease,
+    /// A caller awaits it: the response timeout at most (the rest goes on in the background).
+    Caller,
+}
+
+/// How one release is sent and repeated.
+#[derive(Clone, Copy, Debug)]
+struct Tries {
+    /// Sent from the client's own thread, on its own connection (see [`release_script`]).
+    background: bool,
+    /// It gives back the owner's last count: repeating it after its latch expired finds the
+    /// owner gone and changes nothing, so it may go on as long as the lease may live.
+    last: bool,
+    patience: Patience,
+}
+
+impl Tries {
+    /// A background release of a hold's only count (an undo, a give-up, a lost hold).
+    fn background_last() -> Self {
+        Tries {
+            background: true,
+            last: true,
+            patience: Patience::Lease,
+        }
+    }
+}
+
+/// Past the lease, a little more: Redis's expiry may lag the holder's clock (drift).
+const LEASE_SLACK: Duration = Duration::from_secs(2);
+
+/// Runs release.lua, retrying passing faults (a broken link, a server still loading, a slot
+/// being migrated) with a backoff, with the same request id: the latch in Redis answers a
+/// retry of a release that already ran instead of releasing twice. A `background` release goes
+/// over a connection the client's own thread drives, never one of the caller's runtime: that
+/// runtime may be shutting down (a process returning from `main`), or blocked waiting for this
+/// very release (the drop of a client's last handle). `first`: the first attempt, already sent.
 async fn release_script(
     shared: &Arc<Shared>,
     hold: &Hold,
     latch_id: &str,
-    background: bool,
+    tries: Tries,
     mut first: Option<Request>,
 ) -> Result<Released, LockError> {
     let inner = &shared;
     let latch = format!("{}{latch_id}", hold.keys.latch_prefix);
-    let mut attempt = 0;
     let first_send = tokio::time::Instant::now();
+    let horizon = match tries.patience {
+        Patience::Lease => hold.lease.saturating_add(LEASE_SLACK),
+        Patience::Caller => inner
+            .response_timeout
+            .min(hold.lease.saturating_add(LEASE_SLACK)),
+    };
+    let mut backoff = Backoff::new();
+    // Whether an attempt may have run unseen (its link broke): a repeat then relies on the
+    // latch, unless it gives back the last count.
+    let mut maybe_ran = false;
     loop {
         let reply = match first.take() {
             Some(sent) => sent.await,
             None => {
-                let mut conn = if background {
+                let mut conn = if tries.background {
                     inner.background_conn()
                 } else {
                     inner.conn_for(&hold.keys.key)
@@ -402,20 +491,19 @@ async fn release_script(
             }
         };
         let reply: redis::RedisResult<Released> = reply.and_then(Released::decode);
-        match reply {
+        let e = match reply {
             Ok(released) => return Ok(released),
-            // Retry only while the latch surely still remembers a release that did run.
-            Err(e)
-                if attempt < 3
-                    && !matches!(e.kind(), redis::ErrorKind::Server(_))
-                    && first_send.elapsed() < inner.latch_ttl / 2 =>
-            {
-                attempt += 1;
-                tracing::debug!(lock = %hold.name, error = %e, attempt, "dlock: retrying release");
-                tokio::time::sleep(Duration::from_millis(50 * attempt)).await;
-            }
-            Err(e) => return Err(inner.redis_error(&hold.name, &hold.keys.key, "release", e)),
+            Err(e) => e,
+        };
+        maybe_ran |= retry::is_link_error(&e);
+        let elapsed = first_send.elapsed();
+        let latch_remembers = tries.last || !maybe_ran || elapsed < inner.latch_ttl / 2;
+        if retry::is_transient(&e) && latch_remembers && elapsed + backoff.peek() < horizon {
+            tracing::debug!(lock = %hold.name, error = %e, "dlock: retrying release");
+            tokio::time::sleep(backoff.next_pause()).await;
+            continue;
         }
+        return Err(inner.redis_error(&hold.name, &hold.keys.key, "release", e));
     }
 }
 

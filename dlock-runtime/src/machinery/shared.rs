@@ -24,6 +24,7 @@ use crate::machinery::hold::Hold;
 use crate::machinery::shard_subscriber;
 use crate::machinery::waiters::{WaiterSettings, Waiters, DEFAULT_HEALTH_INTERVAL};
 use crate::machinery::watchdog::Watchdog;
+use crate::machinery::written::Written;
 use crate::machinery::{failover_watch, primary_switch};
 use crate::settings::{Bounds, ReplicaSync, Settings};
 
@@ -51,6 +52,8 @@ pub(crate) struct Shared {
     pub(crate) waiters: Waiters,
     pub(crate) watchdog: Arc<Watchdog>,
     pub(crate) gates: Gates,
+    /// Releases written and not yet answered, which a replica-synced acquire lets go first.
+    pub(crate) written: Arc<Written>,
     /// How long one reply may take (the builder's `response_timeout`).
     pub(crate) response_timeout: Duration,
     /// Bounds on passing a lock between tasks of this client without Redis.
@@ -181,6 +184,7 @@ impl Shared {
             seq: AtomicU64::new(0),
             waiters,
             gates: Gates::default(),
+            written: Arc::default(),
             bg,
         });
         tracing::debug!(url = %shared.url, client_id = %shared.client_id, "dlock client connected");
@@ -255,7 +259,7 @@ impl Shared {
                 role,
             };
         }
-        if is_connection_error(&e) {
+        if crate::backend::retry::is_link_error(&e) {
             // The connection may have been replaced (Redis restarted or failed over): the
             // holds this client keeps must be checked now, not at their next renewal.
             self.watchdog.renew_all_now();
@@ -329,11 +333,6 @@ fn wrong_type_key(e: &redis::RedisError, key: &str, op: &str) -> (String, String
         "lock hash"
     };
     (key.to_owned(), role.to_owned())
-}
-
-/// True for errors that mean the connection broke, not that Redis answered.
-fn is_connection_error(e: &redis::RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
 }
 
 impl std::fmt::Debug for Shared {
