@@ -372,3 +372,100 @@ async fn reentry_and_exclusion_work_like_the_plain_lock() {
     let g = b.fair_lock("line").try_acquire().await.unwrap();
     assert!(g.is_some());
 }
+
+/// Grant channels with a subscriber, one per waiting owner of `line`.
+async fn grant_listeners(raw: &mut dlock::redis::aio::MultiplexedConnection) -> usize {
+    let channels: Vec<String> = dlock::redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg(format!("{LOCK}:grant:*"))
+        .query_async(raw)
+        .await
+        .unwrap();
+    channels.len()
+}
+
+/// Drives `acquire` (which must not finish) until `check` holds, then stops polling it.
+async fn drive_until<F, Fut>(acquire: &mut common::Acquiring, what: &str, check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    tokio::select! {
+        got = acquire.as_mut() => panic!("{what}: the acquire ended first: {:?}", got.map(|_| ())),
+        _ = common::eventually(Duration::from_secs(5), what, check) => {}
+    }
+}
+
+/// Issue 28, defect 7: a waiter granted the lock by a release and dropped before it took the
+/// grant hands the lock on at once (its give-up release, or the undo of a keep-alive attempt
+/// still on the wire, finds the grant and grants the next).
+/// B's acquire is polled by hand and not polled between A's release (which grants B and
+/// publishes the message) and its drop, so every run drops B with the grant in Redis and its
+/// message unheard: deterministic, no race with B's task. "At once" is under the grant's 2 s
+/// life: a grant left to expire reaches C only after that (checked by disabling the give-up).
+///
+/// The reported 20 s timeouts were runs where B's spawned acquire had already returned its
+/// guard when `abort()` was called: abort does not touch a finished task, its output (the live
+/// guard) stays in the JoinHandle, and B's watchdog renews it, as for any holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_to_an_acquire_dropped_as_it_is_granted_goes_on_to_the_next_waiter() {
+    let server = common::server();
+    let a = common::client(&server).await;
+    let b = common::client(&server).await;
+    let c = common::client(&server).await;
+    let mut raw = common::raw(&server.url()).await;
+    let held = a.fair_lock("line").acquire().await.unwrap();
+
+    let mut b_acquire: common::Acquiring = Box::pin({
+        let lock = b.fair_lock("line").wait(Duration::from_secs(20));
+        async move { lock.acquire().await }
+    });
+    // B queued and listening for its grant.
+    drive_until(&mut b_acquire, "B queued and subscribed", || {
+        let mut raw = raw.clone();
+        async move { queue_len(&mut raw).await == 1 && grant_listeners(&mut raw).await == 1 }
+    })
+    .await;
+    let c_waiting = tokio::spawn({
+        let lock = c.fair_lock("line").wait(Duration::from_secs(20));
+        async move { lock.acquire().await.map(|g| (Instant::now(), g)) }
+    });
+    // B is still driven, so it keeps its place while C queues behind it.
+    drive_until(&mut b_acquire, "C queued and subscribed behind B", || {
+        let mut raw = raw.clone();
+        async move { queue_len(&mut raw).await == 2 && grant_listeners(&mut raw).await == 2 }
+    })
+    .await;
+
+    let released = Instant::now();
+    held.release().await.unwrap();
+    // The release granted B (the queue's head) and told it; B's acquire, not polled since,
+    // goes without having seen it.
+    assert_eq!(
+        queue_len(&mut raw).await,
+        1,
+        "B was granted, C still queued"
+    );
+    drop(b_acquire);
+
+    let (got_at, guard) = tokio::time::timeout(Duration::from_secs(5), c_waiting)
+        .await
+        .unwrap_or_else(|_| panic!("C did not get the lock within 5 s of the release"))
+        .unwrap()
+        .expect("C gets the lock");
+    let took = got_at - released;
+    assert!(
+        took < Duration::from_secs(1),
+        "handed on after {took:?}: not at once, B's grant was left to expire"
+    );
+    assert!(!guard.is_lost());
+    let fields: Vec<String> = dlock::redis::cmd("HKEYS")
+        .arg(LOCK)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(fields.len(), 1, "one owner: C's, not B's too: {fields:?}");
+    assert!(a.fair_lock("line").try_acquire().await.unwrap().is_none());
+    // Only the owner's release succeeds: C held it.
+    guard.release().await.unwrap();
+}
