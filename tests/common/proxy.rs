@@ -12,6 +12,10 @@
 //!   one the other side sent meanwhile. The proxy keeps reading and holds the bytes (and any
 //!   end-of-stream) in memory; `thaw()` / `thaw_connection(i)` deliver them in order.
 //!   A chunk that was already being written when `freeze` was called is still delivered.
+//! * `hold_replies(i)` freezes only the upstream -> client direction of connection `i`: what
+//!   the client sends still reaches the server (and runs), its replies are held until
+//!   `thaw_connection(i)` / `thaw()`. A request in flight then has run in Redis while the
+//!   client has not heard so.
 //! * `delay_replies(d)` holds every upstream -> client chunk for `d` after it arrived.
 //! * `kill_all()` closes both sockets of every open connection with FIN (a plain close: the
 //!   kernel sends RST instead only if unread bytes were still queued on that socket), and returns
@@ -67,6 +71,8 @@ struct Slot {
 struct Conn {
     index: usize,
     frozen: watch::Sender<bool>,
+    /// Only the upstream -> client direction frozen (`hold_replies`).
+    replies_held: watch::Sender<bool>,
     killed: watch::Sender<bool>,
     /// Bytes read from either side and not yet delivered to the other.
     held: AtomicUsize,
@@ -150,6 +156,7 @@ impl Proxy {
         self.shared.frozen_all.send_replace(false);
         for slot in self.shared.conns().iter() {
             slot.conn.frozen.send_replace(false);
+            slot.conn.replies_held.send_replace(false);
         }
     }
 
@@ -158,9 +165,17 @@ impl Proxy {
         self.conn(i).frozen.send_replace(true);
     }
 
-    /// Ends `freeze_connection(i)` (a global `freeze` stays in force).
+    /// Ends `freeze_connection(i)` and `hold_replies(i)` (a global `freeze` stays in force).
     pub fn thaw_connection(&self, i: usize) {
-        self.conn(i).frozen.send_replace(false);
+        let conn = self.conn(i);
+        conn.frozen.send_replace(false);
+        conn.replies_held.send_replace(false);
+    }
+
+    /// Holds what the server sends on connection `i` (accept order, from 0), closing nothing,
+    /// while what the client sends still goes through. Panics if it was not accepted yet.
+    pub fn hold_replies(&self, i: usize) {
+        self.conn(i).replies_held.send_replace(true);
     }
 
     /// Holds each upstream -> client chunk for `delay` before delivering it; ZERO turns it off
@@ -243,6 +258,7 @@ impl Shared {
         let conn = Arc::new(Conn {
             index: conns.len(),
             frozen: watch::Sender::new(false),
+            replies_held: watch::Sender::new(false),
             killed: watch::Sender::new(false),
             held: AtomicUsize::new(0),
         });
@@ -348,7 +364,7 @@ async fn pump(
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::try_join!(
         read_side(src, tx, dir, shared, conn),
-        write_side(dst, rx, shared, conn)
+        write_side(dst, rx, dir, shared, conn)
     )?;
     Ok(())
 }
@@ -389,17 +405,24 @@ async fn read_side(
 async fn write_side(
     mut dst: OwnedWriteHalf,
     mut rx: mpsc::UnboundedReceiver<Chunk>,
+    dir: Direction,
     shared: &Shared,
     conn: &Conn,
 ) -> io::Result<()> {
     let mut all = shared.frozen_all.subscribe();
     let mut own = conn.frozen.subscribe();
+    // Only replies can be held on their own; requests never are (a sender kept at false).
+    let never = watch::Sender::new(false);
+    let mut replies = match dir {
+        Direction::ToClient => conn.replies_held.subscribe(),
+        Direction::ToServer => never.subscribe(),
+    };
     while let Some(chunk) = rx.recv().await {
         let due = match &chunk {
             Chunk::Data { due, .. } => *due,
             Chunk::Eof | Chunk::Failed => Instant::now(),
         };
-        until_deliverable(due, &mut all, &mut own).await;
+        until_deliverable(due, &mut all, &mut own, &mut replies).await;
         match chunk {
             Chunk::Data { bytes, .. } => {
                 // Counted as delivered before the write, so a reader that saw the bytes
@@ -419,19 +442,23 @@ async fn write_side(
     Ok(())
 }
 
-/// Waits until neither the proxy nor this connection is frozen and `due` has come. Each pass
-/// waits for a change of a freeze flag or for `due`, so it loops only when something changed.
+/// Waits until neither the proxy nor this connection (nor this direction) is frozen and `due`
+/// has come. Each pass waits for a change of a freeze flag or for `due`, so it loops only when
+/// something changed.
 async fn until_deliverable(
     due: Instant,
     all: &mut watch::Receiver<bool>,
     own: &mut watch::Receiver<bool>,
+    direction: &mut watch::Receiver<bool>,
 ) {
     loop {
-        let frozen = *all.borrow_and_update() || *own.borrow_and_update();
+        let frozen =
+            *all.borrow_and_update() || *own.borrow_and_update() || *direction.borrow_and_update();
         if frozen {
             tokio::select! {
                 r = all.changed() => if r.is_err() { return },
                 r = own.changed() => if r.is_err() { return },
+                r = direction.changed() => if r.is_err() { return },
             }
         } else if Instant::now() < due {
             // A freeze may start meanwhile: check again after the sleep.

@@ -1,5 +1,6 @@
 //! The fault-injecting proxy of `tests/common/proxy.rs` does what the fault tests rely on:
-//! freezing holds bytes without closing anything and thawing delivers them, delays delay,
+//! freezing holds bytes without closing anything and thawing delivers them, holding replies
+//! holds only what the server sends, delays delay,
 //! kills kill, and a dlock client's subscriber is the connection it opens after its command
 //! connection.
 
@@ -140,6 +141,50 @@ async fn freeze_connection_freezes_only_that_connection() {
         .expect("held PING delivered after thaw_connection")
         .unwrap();
     assert_eq!(proxy.held_bytes(1), 0);
+}
+
+#[tokio::test]
+async fn hold_replies_lets_requests_run_and_holds_only_their_replies() {
+    let server = common::server();
+    let proxy = Proxy::start(server.port());
+    let mut held = Raw::connect(&proxy).await;
+    held.ping().await;
+    let mut other = Raw::connect(&proxy).await;
+    other.ping().await;
+    let direct = common::raw(&server.url()).await;
+
+    proxy.hold_replies(0);
+    held.0
+        .write_all(b"SET held-reply 1\r\n")
+        .await
+        .expect("send SET");
+    // The request ran in Redis, though its reply is not delivered.
+    common::eventually(PROMPT, "the SET run in Redis", || {
+        let mut direct = direct.clone();
+        async move {
+            let v: Option<String> = dlock::redis::cmd("GET")
+                .arg("held-reply")
+                .query_async(&mut direct)
+                .await
+                .unwrap();
+            v.is_some()
+        }
+    })
+    .await;
+    held.assert_silent("the reply of a connection whose replies are held")
+        .await;
+    assert!(proxy.held_bytes(0) > 0, "the reply is held");
+    // Other connections are not held.
+    other.ping().await;
+
+    proxy.thaw_connection(0);
+    let mut buf = [0u8; 5];
+    tokio::time::timeout(PROMPT, held.0.read_exact(&mut buf))
+        .await
+        .expect("held reply delivered after thaw_connection")
+        .unwrap();
+    assert_eq!(&buf, b"+OK\r\n");
+    held.ping().await;
 }
 
 #[tokio::test]

@@ -17,3 +17,4 @@ mod settings;
 mod subscriber;
 mod synced;
 mod tokens;
+mod transient;

@@ -14,8 +14,8 @@ use dlock::{LockClient, LockError};
 /// Generous: a replica on a loaded 2-core machine can take a few hundred ms to confirm.
 const WITHIN: Duration = Duration::from_secs(1);
 
-/// A primary and a replica of it, replicating.
-async fn primary_and_replica() -> (RedisServer, RedisServer) {
+/// A primary and a replica of it, replicating (also used by `transient.rs`).
+pub(crate) async fn primary_and_replica() -> (RedisServer, RedisServer) {
     let primary = common::server();
     let port = primary.port().to_string();
     let replica = RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &port]).unwrap();
