@@ -206,3 +206,65 @@ async fn dropping_the_client_after_a_call_on_a_current_thread_runtime_does_not_s
         "a false warning at the drop: {logged}"
     );
 }
+
+/// Flushes dlock's scripts from the server inside the body, so the release that follows is
+/// the call that finds them missing (FUNCTION FLUSH where the server has FUNCTION).
+#[distributed_lock(key = "flushed:{id}", client = locks, ttl = "60s", wait = "5s")]
+async fn flushing_inside(
+    locks: &LockClient,
+    id: u32,
+    admin: &mut MultiplexedConnection,
+    functions: bool,
+) -> Result<u32, AppError> {
+    if functions {
+        redis::cmd("FUNCTION")
+            .arg("FLUSH")
+            .query_async::<()>(admin)
+            .await?;
+    }
+    redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async::<()>(admin)
+        .await?;
+    Ok(id)
+}
+
+/// A written release whose script the server lost (a restart, a flush, Redis 6.2's first use
+/// of a script) is re-sent with the script's text once its reply says so, which puts it
+/// behind the same client's next request on the connection: that request must still see the
+/// lock free (issue 29 item 2; on 7.0 after FUNCTION FLUSH + SCRIPT FLUSH it found it held).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_client_sees_the_lock_free_after_the_server_lost_the_scripts() {
+    let redis = RedisServer::start().unwrap();
+    let functions = redis.version() >= dlock::testing::RedisVersion::new(7, 0, 0);
+    if !functions {
+        println!(
+            "no FUNCTION on {:?}: flushing the script cache only",
+            redis.version()
+        );
+    }
+    let locks = LockClient::connect(&redis.url()).await.unwrap();
+    let mut admin = data(&redis.url()).await;
+    let mut busy = 0;
+    for id in 0..100 {
+        assert_eq!(
+            flushing_inside(&locks, id, &mut admin, functions)
+                .await
+                .unwrap(),
+            id
+        );
+        match locks
+            .lock(format!("flushed:{id}"))
+            .try_acquire()
+            .await
+            .unwrap()
+        {
+            Some(guard) => guard.release().await.unwrap(),
+            None => busy += 1,
+        }
+    }
+    assert_eq!(
+        busy, 0,
+        "rounds of 100 where the same client found its released lock busy"
+    );
+}

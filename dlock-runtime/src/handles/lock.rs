@@ -155,7 +155,9 @@ impl Lock {
 
     /// Whether anybody holds the lock right now.
     pub async fn is_locked(&self) -> Result<bool, LockError> {
-        // The key's connection: a release this client just wrote is answered first.
+        // A release this client wrote is answered first (it may be re-sent behind a read on
+        // its connection, see `machinery/written.rs`).
+        self.shared.written.settled(&self.keys.key).await;
         let mut conn = self.shared.conn_for(&self.keys.key);
         redis::cmd("EXISTS")
             .arg(&self.keys.key)
@@ -166,6 +168,7 @@ impl Lock {
 
     /// How long the current lease has left; `None` when the lock is free.
     pub async fn remaining_ttl(&self) -> Result<Option<Duration>, LockError> {
+        self.shared.written.settled(&self.keys.key).await;
         let mut conn = self.shared.conn_for(&self.keys.key);
         let pttl: i64 = redis::cmd("PTTL")
             .arg(&self.keys.key)
@@ -407,6 +410,8 @@ impl Lock {
             // Once refused, a broken link is waited out under the same owner: the failed
             // attempt is not undone, and the next one finds a grant it may have made.
             let keep_owner = refused;
+            // Whether this client's written release of the key may still be behind it.
+            let behind_release = !refused && inner.written.in_flight(&self.keys.key);
             let attempt = self.attempt(&hold, None, keep_owner);
             let attempt = match tokio::time::timeout_at(bound, attempt).await {
                 Ok(Ok(attempt)) => attempt,
@@ -469,8 +474,19 @@ impl Lock {
                 }
                 Attempt::Held { pttl } => {
                     give_up.arm(&hold);
+                    let first_refusal = !refused;
                     refused = true;
                     backoff.reset();
+                    if first_refusal && behind_release {
+                        // Refused, maybe by this client's own release, written just before
+                        // and re-sent behind this attempt (see `machinery/written.rs`): ask
+                        // again once it is answered (it may be already), within the
+                        // attempt's own bound.
+                        let answered = inner.written.settled(&self.keys.key);
+                        if tokio::time::timeout_at(bound, answered).await.is_ok() {
+                            continue;
+                        }
+                    }
                     pttl
                 }
             };

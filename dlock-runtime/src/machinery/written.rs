@@ -2,9 +2,14 @@
 //!
 //! A release returned once written (`LockGuard::release_written`, what the attribute does)
 //! promises that this client's next acquire of the key sees it: the acquire goes on the same
-//! connection, behind it. A replica-synced acquire goes on another connection (its script and
-//! WAIT need one of their own), where it could overtake the release and find the lock still
-//! held by the owner that just let go. It waits here for those releases to be answered first.
+//! connection, behind it. Two things break that order, and both wait here for the release's
+//! reply:
+//! * a replica-synced acquire goes on another connection (its script and WAIT need one of
+//!   their own), so it waits before it is sent;
+//! * a release that Redis could not run at once (its script missing: Redis 6.2's first use of
+//!   a script, a `SCRIPT FLUSH` / `FUNCTION FLUSH`, a restart) is re-sent with the script's
+//!   text after its reply, behind the acquire; so an acquire refused while a release of its
+//!   key is in flight waits for it and asks again, once.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -31,6 +36,11 @@ impl Written {
             written: self.clone(),
             key: key.to_owned(),
         }
+    }
+
+    /// Whether a release of `key` written by this client is waiting for its reply.
+    pub(crate) fn in_flight(&self, key: &str) -> bool {
+        self.keys().contains_key(key)
     }
 
     /// Returns once no release of `key` written by this client is waiting for its reply.
