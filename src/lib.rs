@@ -51,7 +51,8 @@
 //! fencing, failovers, persistence, and the supported Redis versions and deployments.
 //!
 //! [`redisson`]: sharing locks with Java services that use Redisson (`client.redisson_lock`,
-//! `client.redisson_read_write_lock`, `kind = "redisson"`), and where compatibility stops.
+//! `client.redisson_fenced_lock`, `client.redisson_read_write_lock`, `kind = "redisson"`), and
+//! where compatibility stops.
 //!
 //! [`fence`]: the check your store makes so a holder that outlived its lease cannot overwrite
 //! the next holder's work (in Redis, and the SQL pattern).

@@ -69,6 +69,8 @@ pub(crate) enum Kind {
     Fair,
     /// `client.redisson_lock(key)`: Redisson's `RLock` on the wire.
     Redisson,
+    /// `client.redisson_fenced_lock(key)`: Redisson's `RFencedLock`.
+    RedissonFenced,
     /// `client.redisson_read_write_lock(key).read()`.
     RedissonRead,
     /// `client.redisson_read_write_lock(key).write()`.
@@ -78,16 +80,17 @@ pub(crate) enum Kind {
 const KINDS: &str = "`kind = \"reentrant\"` (the plain lock, the default), `kind = \"read\"` and \
                      `kind = \"write\"` (the shared and the exclusive side of a read-write lock), \
                      `kind = \"fair\"` (first come, first served), `kind = \"redisson\"`, \
-                     `\"redisson_read\"` and `\"redisson_write\"` (Redisson's own locks, shared \
-                     with Java services)";
+                     `\"redisson_fenced\"`, `\"redisson_read\"` and `\"redisson_write\"` \
+                     (Redisson's own locks, shared with Java services)";
 
 /// Every `kind = "..."` value, for "did you mean".
-const KIND_NAMES: [&str; 7] = [
+const KIND_NAMES: [&str; 8] = [
     "reentrant",
     "read",
     "write",
     "fair",
     "redisson",
+    "redisson_fenced",
     "redisson_read",
     "redisson_write",
 ];
@@ -189,6 +192,7 @@ impl Args {
                     "write" => Some(Kind::Write),
                     "fair" => Some(Kind::Fair),
                     "redisson" => Some(Kind::Redisson),
+                    "redisson_fenced" => Some(Kind::RedissonFenced),
                     "redisson_read" => Some(Kind::RedissonRead),
                     "redisson_write" => Some(Kind::RedissonWrite),
                     other => {
@@ -406,6 +410,7 @@ pub(crate) fn kind_text(kind: Kind) -> &'static str {
         Kind::Write => "write",
         Kind::Fair => "fair",
         Kind::Redisson => "redisson",
+        Kind::RedissonFenced => "redisson_fenced",
         Kind::RedissonRead => "redisson_read",
         Kind::RedissonWrite => "redisson_write",
     }
@@ -870,6 +875,7 @@ mod tests {
             ("write", Kind::Write),
             ("fair", Kind::Fair),
             ("redisson", Kind::Redisson),
+            ("redisson_fenced", Kind::RedissonFenced),
             ("redisson_read", Kind::RedissonRead),
             ("redisson_write", Kind::RedissonWrite),
         ] {

@@ -402,6 +402,7 @@ fn generate(args: &Args, what: What<'_>, func: ItemFn, error_site: ErrorSite) ->
                 Kind::Write => quote! { #client.read_write_lock(#key).write() },
                 Kind::Fair => quote! { #client.fair_lock(#key) },
                 Kind::Redisson => quote! { #client.redisson_lock(#key) },
+                Kind::RedissonFenced => quote! { #client.redisson_fenced_lock(#key) },
                 Kind::RedissonRead => quote! { #client.redisson_read_write_lock(#key).read() },
                 Kind::RedissonWrite => quote! { #client.redisson_read_write_lock(#key).write() },
             };
@@ -682,6 +683,10 @@ mod tests {
             ("fair", "__dlock_client . fair_lock (__dlock_key)"),
             ("reentrant", "__dlock_client . lock (__dlock_key)"),
             ("redisson", "__dlock_client . redisson_lock (__dlock_key)"),
+            (
+                "redisson_fenced",
+                "__dlock_client . redisson_fenced_lock (__dlock_key)",
+            ),
             (
                 "redisson_read",
                 "__dlock_client . redisson_read_write_lock (__dlock_key) . read ()",

@@ -80,7 +80,7 @@ use proc_macro::TokenStream;
 /// | option | default | |
 /// |---|---|---|
 /// | `key = "..."` | `<module>::<fn>`, `<module>::<Type>::<method>` | the lock's name |
-/// | `kind = "read"` | `"reentrant"` | `"read"`, `"write"`, `"fair"`, `"redisson"`, `"redisson_read"`, `"redisson_write"`: which lock of the family |
+/// | `kind = "read"` | `"reentrant"` | `"read"`, `"write"`, `"fair"`, `"redisson"`, `"redisson_fenced"`, `"redisson_read"`, `"redisson_write"`: which lock of the family |
 /// | `keys = ["a:{x}", ..]` | none | several locks, all or none; exclusive with `key` |
 /// | `ttl = "30s"` | the client's `default_ttl`, 30 s | lease renewed by the watchdog |
 /// | `wait = "5s"` | the client's `default_wait`, 10 s | `"0s"` tries once, `"forever"` |
@@ -141,7 +141,7 @@ use proc_macro::TokenStream;
 /// }
 /// ```
 ///
-/// ## `kind = "read" | "write" | "fair" | "redisson" | "redisson_read" | "redisson_write"`
+/// ## `kind = "read" | "write" | "fair" | "redisson" | "redisson_fenced" | "redisson_read" | "redisson_write"`
 ///
 /// Which lock of the family the function takes on its key. Everything else (the key,
 /// `ttl`/`lease`/`wait`, `client`, `on_busy`, `map_err`, `current_lock()` in the body, the
@@ -155,6 +155,7 @@ use proc_macro::TokenStream;
 /// | `"write"` | `client.read_write_lock(key).write()` | excludes readers and writers |
 /// | `"fair"` | `client.fair_lock(key)` | exclusive, granted first come, first served |
 /// | `"redisson"` | `client.redisson_lock(key)` | Redisson's `RLock`, shared with Java services |
+/// | `"redisson_fenced"` | `client.redisson_fenced_lock(key)` | Redisson's `RFencedLock`: `RLock` plus its token counter, kept per name for good |
 /// | `"redisson_read"` | `client.redisson_read_write_lock(key).read()` | Redisson's `RReadWriteLock`, read side |
 /// | `"redisson_write"` | `client.redisson_read_write_lock(key).write()` | Redisson's `RReadWriteLock`, write side |
 ///
@@ -432,7 +433,8 @@ use proc_macro::TokenStream;
 /// * `kind = "read"`: `__dlock_client.read_write_lock(__dlock_key).read()` instead of
 ///   `.lock(__dlock_key)`; `kind = "write"`: `...read_write_lock(__dlock_key).write()`;
 ///   `kind = "fair"`: `__dlock_client.fair_lock(__dlock_key)`; `kind = "redisson"`:
-///   `__dlock_client.redisson_lock(__dlock_key)`, `"redisson_read"` / `"redisson_write"`:
+///   `__dlock_client.redisson_lock(__dlock_key)`, `"redisson_fenced"`:
+///   `__dlock_client.redisson_fenced_lock(__dlock_key)`, `"redisson_read"` / `"redisson_write"`:
 ///   `...redisson_read_write_lock(__dlock_key).read()` / `.write()`. The guard is a
 ///   `LockGuard` for each, so steps 4 to 6 are as above.
 /// * `keys = ["acct:{from}", "acct:{to}"]`: step 1 renders every template,

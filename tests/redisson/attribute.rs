@@ -1,5 +1,6 @@
-//! `#[distributed_lock(kind = "redisson" | "redisson_read" | "redisson_write")]`: the bodies run
-//! under Redisson's locks, which the Java side sees and respects.
+//! `#[distributed_lock(kind = "redisson" | "redisson_fenced" | "redisson_read" |
+//! "redisson_write")]`: the bodies run under Redisson's locks, which the Java side sees and
+//! respects.
 
 use std::time::Duration;
 
@@ -22,6 +23,11 @@ async fn pay(locks: &LockClient, java: &JavaClient, url: &str, id: u32) -> Resul
             .await
     );
     Ok(())
+}
+
+#[distributed_lock(key = "ledger:{id}", kind = "redisson_fenced", client = locks, wait = "5s")]
+async fn post(locks: &LockClient, id: u32) -> Result<u64, LockError> {
+    Ok(dlock::current_lock().unwrap().fencing_token())
 }
 
 #[distributed_lock(key = "doc:{id}", kind = "redisson_read", client = locks, wait = "5s")]
@@ -76,6 +82,15 @@ async fn the_redisson_kinds_of_the_attribute_take_redissons_locks() {
     assert!(hgetall(&mut conn, "order:7").await.is_empty(), "released");
     assert!(hgetall(&mut conn, "doc:3").await.is_empty(), "released");
     only_redisson_keys(&mut conn, &["order:7", "doc:3"]).await;
+    // kind = "redisson_fenced": RFencedLock's counter, one more per grant.
+    let first = post(&client, 9).await.unwrap();
+    assert_eq!(post(&client, 9).await.unwrap(), first + 1);
+    let stored: u64 = dlock::redis::cmd("GET")
+        .arg("redisson_lock_token:{ledger:9}")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(stored, first + 1);
     // Java takes both once the bodies are done.
     assert!(
         java.try_lock("order:7", 1, Side::Plain, Duration::ZERO, None)

@@ -62,6 +62,18 @@ pub async fn only_redisson_keys(conn: &mut MultiplexedConnection, names: &[&str]
     }
 }
 
+/// The keys of the server that never expire (PTTL -1): what a lock would leave behind for
+/// good.
+pub async fn keys_kept_forever(conn: &mut MultiplexedConnection) -> Vec<String> {
+    let mut forever = Vec::new();
+    for key in all_keys(conn).await {
+        if pttl(conn, &key).await == -1 {
+            forever.push(key);
+        }
+    }
+    forever
+}
+
 /// `<36-char uuid>:<number>`.
 pub fn assert_redisson_field(field: &str) -> (String, u64) {
     let (uuid, tid) = field.rsplit_once(':').expect(field);
@@ -143,6 +155,36 @@ async fn the_layout_is_redissons_at_every_step_reentry_included() {
     assert_eq!(java.unlock("order:42", 7, Side::Plain).await, Ok(false));
     assert_eq!(java.unlock("order:42", 7, Side::Plain).await, Ok(true));
     only_redisson_keys(&mut conn, &["order:42"]).await;
+}
+
+/// Issue 28, defect 6: a service locking `order:<id>` must not grow Redis by one key per id.
+/// Java's `RLock` writes the hash (gone on unlock) and unlock latches (which expire); nothing
+/// else, so a plain Redisson lock of dlock must not either.
+#[tokio::test]
+async fn released_redisson_locks_leave_no_key_that_never_expires() {
+    let server = common::server();
+    let client = common::client(&server).await;
+    let mut conn = common::raw(&server.url()).await;
+    for id in 0..50 {
+        let lock = client.redisson_lock(format!("order:{id}"));
+        let guard = lock.acquire().await.unwrap();
+        if id % 10 == 0 {
+            // A re-entry along the chain too.
+            let inner = lock.clone();
+            guard
+                .scope(async move { inner.acquire().await.unwrap().release().await.unwrap() })
+                .await;
+        }
+        guard.release().await.unwrap();
+    }
+    let forever = keys_kept_forever(&mut conn).await;
+    assert!(forever.is_empty(), "keys that never expire: {forever:?}");
+    let counters: Vec<String> = dlock::redis::cmd("KEYS")
+        .arg("redisson_lock_token:*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(counters.is_empty(), "RLock writes no counter: {counters:?}");
 }
 
 #[tokio::test]
@@ -396,8 +438,9 @@ async fn both_watchdogs_renew_the_same_key() {
 async fn fencing_tokens_are_one_sequence_with_redissons_fenced_lock() {
     let server = common::server();
     let client = common::client(&server).await;
+    let other = common::client(&server).await;
     let java = JavaClient::single(&server.url(), Duration::from_secs(30)).await;
-    let lock = client.redisson_lock("fenced");
+    let lock = client.redisson_fenced_lock("fenced");
 
     let t1 = java
         .try_lock_fenced("fenced", 1, Duration::ZERO)
@@ -406,12 +449,26 @@ async fn fencing_tokens_are_one_sequence_with_redissons_fenced_lock() {
     assert_eq!(java.unlock("fenced", 1, Side::Plain).await, Ok(true));
     let g = lock.acquire().await.unwrap();
     assert_eq!(g.fencing_token(), t1 as u64 + 1);
+    // The fenced lock is RLock's hash: a plain Java RLock is refused while it holds.
+    assert!(
+        !java
+            .try_lock("fenced", 2, Side::Plain, Duration::ZERO, None)
+            .await
+    );
     g.release().await.unwrap();
-    let t3 = java
+    // Another dlock client draws the next token.
+    let g = other
+        .redisson_fenced_lock("fenced")
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(g.fencing_token(), t1 as u64 + 2);
+    g.release().await.unwrap();
+    let t4 = java
         .try_lock_fenced("fenced", 1, Duration::ZERO)
         .await
         .unwrap();
-    assert_eq!(t3, t1 + 2);
+    assert_eq!(t4, t1 + 3);
     assert_eq!(java.unlock("fenced", 1, Side::Plain).await, Ok(true));
     let mut conn = common::raw(&server.url()).await;
     let stored: i64 = dlock::redis::cmd("GET")
@@ -419,7 +476,54 @@ async fn fencing_tokens_are_one_sequence_with_redissons_fenced_lock() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(stored, t3);
+    assert_eq!(stored, t4);
+    // Kept for good, as Java keeps it: Java's next token counts on from it.
+    assert_eq!(pttl(&mut conn, "redisson_lock_token:{fenced}").await, -1);
+}
+
+#[tokio::test]
+async fn a_plain_redisson_locks_tokens_rise_across_holders_without_a_counter() {
+    let server = common::server();
+    let client = common::client(&server).await;
+    let other = common::client(&server).await;
+    let java = JavaClient::single(&server.url(), Duration::from_secs(30)).await;
+    let mut conn = common::raw(&server.url()).await;
+    let mut last = 0;
+    for round in 0..3 {
+        for c in [&client, &other] {
+            let g = c.redisson_lock("plain").acquire().await.unwrap();
+            assert!(
+                g.fencing_token() > last,
+                "{} after {last}",
+                g.fencing_token()
+            );
+            last = g.fencing_token();
+            g.release().await.unwrap();
+        }
+        // A Java RLock holder in between: no counter appears either way.
+        assert!(
+            java.try_lock("plain", round, Side::Plain, Duration::ZERO, None)
+                .await
+        );
+        assert_eq!(java.unlock("plain", round, Side::Plain).await, Ok(true));
+    }
+    assert!(keys_kept_forever(&mut conn).await.is_empty());
+
+    // Plain and fenced handles share the hash but not a hold: no re-entry across them.
+    let g = client
+        .redisson_fenced_lock("plain")
+        .acquire()
+        .await
+        .unwrap();
+    let plain = client.redisson_lock("plain");
+    let nested = g
+        .scope(async move { plain.acquire().await.map(|_| ()) })
+        .await;
+    assert!(
+        matches!(nested, Err(dlock::LockError::WouldDeadlock { .. })),
+        "{nested:?}"
+    );
+    g.release().await.unwrap();
 }
 
 #[tokio::test]

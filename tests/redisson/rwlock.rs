@@ -9,8 +9,8 @@ use tokio::time::Instant;
 use crate::common;
 use crate::java::{parked_java_waiter, JavaClient, Side};
 use crate::lock::{
-    all_keys, assert_redisson_field, bump, hgetall, only_redisson_keys, pttl, wait_subscribed,
-    WOKEN_WITHIN,
+    all_keys, assert_redisson_field, bump, hgetall, keys_kept_forever, only_redisson_keys, pttl,
+    wait_subscribed, WOKEN_WITHIN,
 };
 
 #[tokio::test]
@@ -107,6 +107,28 @@ async fn the_layout_is_redissons_for_readers_writers_reentry_and_downgrade() {
         .await
         .iter()
         .all(|k| k.starts_with("redisson_")));
+}
+
+/// Java's `RReadWriteLock` keeps nothing of a released lock but latches that expire; dlock's
+/// Redisson read-write lock must not keep more (issue 28, defect 6: it INCRed a token counter
+/// per name that nothing expired).
+#[tokio::test]
+async fn released_redisson_read_write_locks_leave_no_key_that_never_expires() {
+    let server = common::server();
+    let client = common::client(&server).await;
+    let mut conn = common::raw(&server.url()).await;
+    for id in 0..20 {
+        let rw = client.redisson_read_write_lock(format!("prices:{id}"));
+        rw.read().acquire().await.unwrap().release().await.unwrap();
+        let w = rw.write().acquire().await.unwrap();
+        // A downgrade inside the writer's scope, released after the writer.
+        let read = rw.read();
+        let r = w.scope(async move { read.acquire().await.unwrap() }).await;
+        w.release().await.unwrap();
+        r.release().await.unwrap();
+    }
+    let forever = keys_kept_forever(&mut conn).await;
+    assert!(forever.is_empty(), "keys that never expire: {forever:?}");
 }
 
 #[tokio::test]

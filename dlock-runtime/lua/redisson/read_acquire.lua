@@ -3,26 +3,27 @@
 -- KEYS[1] the lock hash, named as the lock: 'mode' -> 'read' | 'write', '<uuid>:<tid>' -> read
 -- holds, '<uuid>:<tid>:write' -> write holds; KEYS[2] the owner's timeout prefix
 -- '{<name>}:<uuid>:<tid>:rwlock_timeout' (hold n lives in '<prefix>:<n>' with its own lease);
--- KEYS[3] the fencing counter 'redisson_lock_token:{<name>}'; KEYS[4] re-entry marker
+-- KEYS[3] re-entry marker
 -- ARGV[1] lease ms, ARGV[2] the owner's field, ARGV[3] the same owner's writer field,
 -- ARGV[4] marker lifetime ms, ARGV[5] '1' for a re-entry (or a writer's own read: a downgrade)
 -- Granted as Redisson grants it: free, read, or write held by this owner's writer. The hash
--- then lasts at least the lease; the counter is INCRemented on every grant.
+-- then lasts at least the lease. Nothing else is written: RReadWriteLock keeps no counter, and
+-- one kept here would be one key per lock name that nothing ever deletes. The token is the
+-- server's clock in µs, read, not stored (a writer's own read gets one after the writer's).
 -- Returns {read holds of ARGV[2], token} when granted, {0, pttl} otherwise.
 -- Every check comes before the first write: Redis does not roll a failed script back.
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'none' and kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE lock hash `' .. KEYS[1] .. '` holds a ' .. kind)
 end
-local last = redis.pcall('GET', KEYS[3])
-if type(last) == 'table' or (last and not tonumber(last)) then
-  return redis.error_reply('WRONGTYPE fencing counter `' .. KEYS[3] .. '` holds a non-number')
-end
 local mode = redis.call('HGET', KEYS[1], 'mode')
 local count = redis.call('HGET', KEYS[1], ARGV[2])
+local now = redis.call('TIME')
+local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
 if count and ARGV[5] ~= '1' then
-  -- A first acquire finds its own fresh field: the same request ran twice. Answer as before.
-  return {tonumber(count), tonumber(last or '0')}
+  -- A first acquire finds its own fresh field: the same request ran twice. Answer as a grant,
+  -- changing nothing.
+  return {tonumber(count), clock}
 end
 if not (mode == false or mode == 'read'
     or (mode == 'write' and redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1)) then
@@ -35,6 +36,6 @@ local n = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 redis.call('SET', KEYS[2] .. ':' .. n, 1, 'PX', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[1])))
 if ARGV[5] == '1' then
-  redis.call('SET', KEYS[4], 1, 'PX', ARGV[4])
+  redis.call('SET', KEYS[3], 1, 'PX', ARGV[4])
 end
-return {n, redis.call('INCR', KEYS[3])}
+return {n, clock}

@@ -140,16 +140,40 @@ impl LockClient {
         Lock::of_kind(self.shared.clone(), name.into(), Arc::new(Fair))
     }
 
-    /// Redisson's reentrant lock `name` (`RLock`, and `RFencedLock`'s tokens), spoken on the
-    /// wire exactly as Redisson 3.24+ and 4.x speak it: a Java service calling
-    /// `redisson.getLock(name)` and this lock exclude each other, and wake each other on
-    /// release. The same [`Lock`] API as [`LockClient::lock`]; the lease defaults to Redisson's
-    /// 30 s watchdog timeout (a handle's [`Lock::ttl`] overrides it). Its keys are Redisson's,
-    /// not dlock's: see the `dlock::redisson` page for the layout, the fencing tokens, and where
-    /// compatibility stops.
+    /// Redisson's reentrant lock `name` (`RLock`), spoken on the wire exactly as Redisson 3.24+
+    /// and 4.x speak it: a Java service calling `redisson.getLock(name)` and this lock exclude
+    /// each other, and wake each other on release. The same [`Lock`] API as
+    /// [`LockClient::lock`]; the lease defaults to Redisson's 30 s watchdog timeout (a handle's
+    /// [`Lock::ttl`] overrides it). Its keys are Redisson's, not dlock's: see the
+    /// `dlock::redisson` page for the layout, the fencing tokens, and where compatibility stops.
+    ///
+    /// Like `RLock` it writes nothing but the lock's hash (gone on release) and unlock latches
+    /// (which expire), so locking one name per order id does not grow Redis. A guard's
+    /// [`LockGuard::fencing_token`](crate::LockGuard::fencing_token) is the Redis server's clock
+    /// in µs at the grant, not a stored counter; for `RFencedLock`'s counter, shared with Java,
+    /// use [`LockClient::redisson_fenced_lock`].
     pub fn redisson_lock(&self, name: impl Into<String>) -> Lock {
         let kind = Arc::new(RedissonLock {
             sharded: self.shared.sharded_pubsub,
+            fenced: false,
+        });
+        Lock::of_kind(self.shared.clone(), name.into(), kind)
+    }
+
+    /// Redisson's fenced lock `name` (`RFencedLock`): the lock of [`LockClient::redisson_lock`]
+    /// (Java's `getLock(name)` and `getFencedLock(name)` holders exclude it alike), plus
+    /// `RFencedLock`'s token counter `redisson_lock_token:{<name>}`, INCRemented on every grant
+    /// (re-entries included) as Java does: a guard's
+    /// [`LockGuard::fencing_token`](crate::LockGuard::fencing_token) and a Java
+    /// `tryLockAndGetToken` draw from one sequence.
+    ///
+    /// That counter is one key per lock name which nobody deletes, as in Java: a Java
+    /// `RFencedLock` counts on from it, so an expiry would hand out tokens again from 1. Use
+    /// it for a bounded set of names; see the `dlock::redisson` page.
+    pub fn redisson_fenced_lock(&self, name: impl Into<String>) -> Lock {
+        let kind = Arc::new(RedissonLock {
+            sharded: self.shared.sharded_pubsub,
+            fenced: true,
         });
         Lock::of_kind(self.shared.clone(), name.into(), kind)
     }
@@ -158,7 +182,9 @@ impl LockClient {
     /// 3.24+ and 4.x speak it: readers of a Java service calling
     /// `redisson.getReadWriteLock(name)` and of this lock hold side by side, and a writer on
     /// either side excludes both. Its `read()` and `write()` are ordinary [`Lock`] handles with
-    /// Redisson's semantics (no writer preference; see the `dlock::redisson` page).
+    /// Redisson's semantics (no writer preference; see the `dlock::redisson` page). Like
+    /// `RReadWriteLock` it keeps no token counter: a guard's fencing token is the Redis
+    /// server's clock in µs at the grant.
     pub fn redisson_read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
         let sharded = self.shared.sharded_pubsub;
         ReadWriteLock::of_kinds(

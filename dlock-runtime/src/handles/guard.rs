@@ -68,6 +68,10 @@ impl LockGuard {
     /// above them. Tokens fit an SQL `BIGINT` until the year 2255.
     /// Tokens are only as durable as Redis's data: a failover to a replica that missed the last
     /// write can repeat one.
+    /// The Redisson kinds' tokens are unscaled and differ: `RFencedLock`'s bare counter
+    /// ([`LockClient::redisson_fenced_lock`](crate::LockClient::redisson_fenced_lock)), or, for
+    /// the kinds that store no counter (as Java's `RLock` and `RReadWriteLock` store none), the
+    /// server's clock in µs at the grant (see the `dlock::redisson` page).
     pub fn fencing_token(&self) -> u64 {
         self.hold.token.load(Ordering::Acquire)
     }

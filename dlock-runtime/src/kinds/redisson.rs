@@ -8,8 +8,11 @@
 //!   acquire gets a new one; re-entries along the chain reuse it);
 //! * release messages are Redisson's `0` on `redisson_lock__channel:{<name>}`, published with
 //!   SPUBLISH on a cluster with sharded pub/sub, PUBLISH elsewhere;
-//! * release latches are `redisson_unlock_latch:{<name>}:<request id>`, fencing tokens come
-//!   from `RFencedLock`'s counter `redisson_lock_token:{<name>}`;
+//! * release latches are `redisson_unlock_latch:{<name>}:<request id>`;
+//! * `RLock` writes nothing else, so neither does the plain kind: its tokens are the server's
+//!   clock in µs at the grant, read and never stored. The fenced kind (`RFencedLock`) also
+//!   INCRs the counter `redisson_lock_token:{<name>}` on every grant and never expires it, as
+//!   Java's does, since Java holders count on from it;
 //! * renewal is Redisson's: PEXPIRE while the field exists (dlock's plain renew scripts do
 //!   exactly that, so they are reused).
 
@@ -22,6 +25,8 @@ use crate::backend::names::LockKeys;
 use crate::backend::script::{Call, Script};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::REDISSON_LOCK_ACQUIRE));
+static FENCED_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::of(&library::REDISSON_FENCED_LOCK_ACQUIRE));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::REDISSON_LOCK_RELEASE));
 static UNDO_REENTRY: LazyLock<Script> =
     LazyLock::new(|| Script::of(&library::REDISSON_LOCK_UNDO_REENTRY));
@@ -105,16 +110,25 @@ pub(crate) fn publish(sharded: bool) -> &'static str {
     }
 }
 
-/// Redisson's reentrant lock (`RLock`, and `RFencedLock`'s tokens).
+/// Redisson's reentrant lock: `RLock`, or `RFencedLock` (the same lock plus its token counter).
 #[derive(Debug)]
 pub(crate) struct RedissonLock {
     /// Whether this deployment publishes and subscribes on shard channels.
     pub(crate) sharded: bool,
+    /// `RFencedLock`: every grant INCRs `redisson_lock_token:{<name>}`, and the token is its
+    /// value. Off (`RLock`), nothing but the hash is written.
+    pub(crate) fenced: bool,
 }
 
 impl LockKind for RedissonLock {
     fn id(&self) -> &'static str {
-        "redisson"
+        // Distinct ids: a fenced handle must not re-enter a plain hold (its guard would carry
+        // the plain hold's clock token, not a counter value), nor the other way round.
+        if self.fenced {
+            "redisson_fenced"
+        } else {
+            "redisson"
+        }
     }
 
     fn keys(&self, _prefix: &str, name: &str) -> LockKeys {
@@ -142,9 +156,14 @@ impl LockKind for RedissonLock {
             || format!("{}reentry", hold.keys.latch_prefix),
             str::to_owned,
         );
-        let mut call = ACQUIRE.key(&hold.keys.key);
-        call.key(&hold.keys.fence)
-            .key(marker)
+        let mut call = if self.fenced {
+            let mut call = FENCED_ACQUIRE.key(&hold.keys.key);
+            call.key(&hold.keys.fence);
+            call
+        } else {
+            ACQUIRE.key(&hold.keys.key)
+        };
+        call.key(marker)
             .arg(millis(hold.lease))
             .arg(field(hold))
             .arg(millis(latch_ttl))

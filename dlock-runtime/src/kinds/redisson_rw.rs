@@ -8,6 +8,8 @@
 //! Redisson's semantics, not dlock's read-write lock: no writer preference (a stream of
 //! readers can keep a writer waiting), a writer's re-entry adds the lease to the time left, and
 //! a writer leaving while it still reads turns the lock to `read` without a message.
+//!
+//! Like Redisson's, it writes no token counter: a grant's token is the server's clock in µs.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -135,7 +137,6 @@ impl LockKind for RedissonRead {
         );
         let mut call = READ_ACQUIRE.key(&hold.keys.key);
         call.key(timeout_prefix(hold))
-            .key(&hold.keys.fence)
             .key(marker)
             .arg(millis(hold.lease))
             .arg(field(hold))
@@ -235,8 +236,7 @@ impl LockKind for RedissonWrite {
             str::to_owned,
         );
         let mut call = WRITE_ACQUIRE.key(&hold.keys.key);
-        call.key(&hold.keys.fence)
-            .key(marker)
+        call.key(marker)
             .arg(millis(hold.lease))
             .arg(writer(hold))
             .arg(millis(latch_ttl))

@@ -74,8 +74,9 @@ pub(crate) trait LockKind: Send + Sync + std::fmt::Debug {
     }
 
     /// Whether the tokens this kind's acquire returns are dlock's own counter, scaled so local
-    /// handoffs fit between them, or a sequence shared with other software (Redisson's
-    /// `RFencedLock` counter), reported exactly as Redis returned them.
+    /// handoffs fit between them, or reported exactly as Redis returned them (the Redisson
+    /// kinds, which never hand over locally: `RFencedLock`'s counter, shared with Java, or the
+    /// server's clock in µs).
     fn scales_tokens(&self) -> bool {
         true
     }
