@@ -331,6 +331,7 @@ pub mod testing;
 
 pub use backend::names::{cluster_slot, KeyPart};
 pub use error::LockError;
+pub use handles::blocking;
 pub use handles::builder::LockClientBuilder;
 pub use handles::client::LockClient;
 pub use handles::current::{current_lock, CurrentLock};

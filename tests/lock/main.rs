@@ -7,6 +7,7 @@
 mod common;
 
 mod bad_input;
+mod blocking;
 mod cancel;
 mod exclusion;
 mod exit;

@@ -54,6 +54,21 @@ impl LockGuard {
         &self.hold.name
     }
 
+    /// The hold this guard is one count of.
+    pub(crate) fn hold(&self) -> &Arc<Hold> {
+        &self.hold
+    }
+
+    /// The client's state.
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The URL of the client that took it (password removed), as re-entry scopes record it.
+    pub(crate) fn client_url(&self) -> &str {
+        &self.shared.url
+    }
+
     /// The fencing token of this hold: it grows with every free -> held transition of the lock,
     /// so a later holder always has a larger one. Pass it to the resource you protect and make
     /// it reject writes carrying a smaller token than it has seen; that, not the lease, is what

@@ -3,6 +3,7 @@
 //! segmented stock. Each wraps the client's shared state (`machinery::shared::Shared`) and
 //! may import every layer below.
 
+pub mod blocking;
 pub(crate) mod builder;
 pub(crate) mod client;
 pub(crate) mod current;

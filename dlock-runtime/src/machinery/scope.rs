@@ -77,3 +77,21 @@ pub(crate) fn innermost() -> Option<Arc<Hold>> {
         .ok()
         .flatten()
 }
+
+/// Runs `fut` inside scopes of `holds` (outermost first, each with its client's URL), as
+/// nested `LockGuard::scope`s would: for callers whose call chain is a thread (the blocking
+/// API keeps the holds of the guards alive on it).
+pub(crate) fn with_holds<F: std::future::Future>(
+    holds: &[(Arc<str>, Arc<Hold>)],
+    fut: F,
+) -> tokio::task::futures::TaskLocalFuture<Option<Arc<ScopeNode>>, F> {
+    let mut top = None;
+    for (url, hold) in holds {
+        top = Some(Arc::new(ScopeNode {
+            hold: hold.clone(),
+            url: url.clone(),
+            parent: top,
+        }));
+    }
+    HELD.scope(top, fut)
+}
