@@ -1,7 +1,7 @@
 //! The lock runtime's figures, each also as a ratio to a PING round trip measured in this run.
 //!
 //! `cargo run --release --example bench` (starts its own redis-server unless REDIS_URL is set).
-//! Scenarios: uncontended acquire+release; handoff (release issued -> waiter holding) within one
+//! Scenarios: uncontended acquire+release (async, and through `dlock::blocking`); handoff (release issued -> waiter holding) within one
 //! client and across clients; 16 tasks on one key for 5 s; 10,000 waiters over 1,000 keys;
 //! 10,000 held locks under the watchdog; renew calls per hold per lease for 1 and for 1,000
 //! locks held with a 3 s ttl over 9 s (3 leases).
@@ -235,6 +235,7 @@ async fn main() {
     let client = setup.client().await;
 
     uncontended(&client, &setup).await;
+    uncontended_blocking(&client, &setup).await;
     handoff(&client, &client, "same client (local queue)", &setup, false).await;
     let other = setup.client().await;
     handoff(&client, &other, "two clients (pub/sub)", &setup, false).await;
@@ -261,6 +262,35 @@ async fn uncontended(client: &LockClient, setup: &Setup) {
     }
     println!(
         "uncontended acquire+release  p50 {}  p99 {}{}",
+        fmt_rtt(percentile(&mut samples, 0.5), unit.rtt),
+        fmt_rtt(percentile(&mut samples, 0.99), unit.rtt),
+        unit.note
+    );
+}
+
+/// The same cycle through `dlock::blocking` from a plain thread: each call crosses to the
+/// client's thread and back, the price of not having a runtime.
+async fn uncontended_blocking(client: &LockClient, setup: &Setup) {
+    let name = "bench:uncontended:blocking";
+    let unit = setup.unit_for_lock(name);
+    let locks = dlock::blocking::LockClient::from(client.clone());
+    let mut samples = tokio::task::spawn_blocking(move || {
+        let lock = locks.lock(name);
+        for _ in 0..200 {
+            lock.acquire().unwrap().release().unwrap();
+        }
+        let mut samples = Vec::new();
+        for _ in 0..3000 {
+            let t = Instant::now();
+            lock.acquire().unwrap().release().unwrap();
+            samples.push(t.elapsed());
+        }
+        samples
+    })
+    .await
+    .unwrap();
+    println!(
+        "uncontended, blocking API    p50 {}  p99 {}{}",
         fmt_rtt(percentile(&mut samples, 0.5), unit.rtt),
         fmt_rtt(percentile(&mut samples, 0.99), unit.rtt),
         unit.note
