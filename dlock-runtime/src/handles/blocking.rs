@@ -285,7 +285,9 @@ impl LockGuard {
             .take()
             .unwrap_or_else(|| unreachable!("a guard is released once"));
         let hold = guard.hold();
-        HELD_HERE.with(|held| {
+        // `try_with`: a guard dropped by another thread-local's destructor, after this one is
+        // gone, has no scope left to leave.
+        let _ = HELD_HERE.try_with(|held| {
             let mut held = held.borrow_mut();
             // The innermost entry of this hold: a re-entry shares its hold with the outer one.
             if let Some(at) = held.iter().rposition(|(_, h)| Arc::ptr_eq(h, hold)) {

@@ -54,21 +54,15 @@ struct LastHandle(Arc<Shared>);
 
 impl Drop for LastHandle {
     fn drop(&mut self) {
-        flush_blocking(&self.0, "the last client handle was dropped");
-    }
-}
-
-/// Blocks this thread until the client's queued releases and clean-ups were answered, at most
-/// [`LAST_DROP_BOUND`]; `when` says what is ending, for the warning if they were not.
-pub(crate) fn flush_blocking(shared: &Shared, when: &str) {
-    let bound = shared.response_timeout.min(LAST_DROP_BOUND);
-    if !shared.bg.flushed_blocking(bound) {
-        tracing::warn!(url = %shared.url, "dlock: {when} with releases Redis had not answered; those locks end with their leases");
+        let bound = self.0.response_timeout.min(LAST_DROP_BOUND);
+        if !self.0.bg.flushed_blocking(bound) {
+            tracing::warn!(url = %self.0.url, "dlock: the last client handle was dropped with releases Redis had not answered; those locks end with their leases");
+        }
     }
 }
 
 /// The longest the drop of a client's last handle blocks its thread for queued releases.
-const LAST_DROP_BOUND: Duration = Duration::from_secs(2);
+pub(crate) const LAST_DROP_BOUND: Duration = Duration::from_secs(2);
 
 impl LockClient {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {

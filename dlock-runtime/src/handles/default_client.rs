@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::RwLock;
 
 use crate::error::LockError;
-use crate::handles::client::{flush_blocking, LockClient};
+use crate::handles::client::{LockClient, LAST_DROP_BOUND};
 
 tokio::task_local! {
     static TASK_DEFAULT: LockClient;
@@ -36,7 +36,18 @@ impl Drop for FlushAtExit {
         // `try_read`: never wait on the slot at exit (a thread that died holding it).
         let installed = GLOBAL.try_read().ok().and_then(|slot| slot.clone());
         if let Some(client) = installed {
-            flush_blocking(&client.shared, "the process exited");
+            let bound = client.shared.response_timeout.min(LAST_DROP_BOUND);
+            if !client.shared.bg.flushed_blocking(bound) {
+                // Not through `tracing`: at exit a subscriber's own thread-locals may be gone
+                // already, and a panic inside a thread-local's destructor aborts the process.
+                use std::io::Write as _;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "dlock: the process exited with releases Redis had not answered (at {}); \
+                     those locks end with their leases",
+                    client.shared.url
+                );
+            }
         }
     }
 }
@@ -58,6 +69,10 @@ pub async fn shutdown() {
 impl LockClient {
     /// Makes this client the process default, returned by [`LockClient::global`] and used by
     /// `#[distributed_lock]` without `client = ...`. Returns the client it replaces, if any.
+    ///
+    /// Call it on the thread that runs `main` (in a `#[tokio::main]` function's body, as
+    /// usual): that thread waits at exit for the releases still queued (see [`shutdown`]).
+    /// Installed from another thread, the wait happens when that thread ends instead.
     pub fn install(self) -> Option<LockClient> {
         // Registers the exit-time flush on this thread (once per thread).
         FLUSH_AT_EXIT.with(|_| {});

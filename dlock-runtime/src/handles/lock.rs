@@ -157,7 +157,7 @@ impl Lock {
     pub async fn is_locked(&self) -> Result<bool, LockError> {
         // A release this client wrote is answered first (it may be re-sent behind a read on
         // its connection, see `machinery/written.rs`).
-        self.shared.written.settled(&self.keys.key).await;
+        self.written_settled().await;
         let mut conn = self.shared.conn_for(&self.keys.key);
         redis::cmd("EXISTS")
             .arg(&self.keys.key)
@@ -168,7 +168,7 @@ impl Lock {
 
     /// How long the current lease has left; `None` when the lock is free.
     pub async fn remaining_ttl(&self) -> Result<Option<Duration>, LockError> {
-        self.shared.written.settled(&self.keys.key).await;
+        self.written_settled().await;
         let mut conn = self.shared.conn_for(&self.keys.key);
         let pttl: i64 = redis::cmd("PTTL")
             .arg(&self.keys.key)
@@ -196,6 +196,14 @@ impl Lock {
             .await
             .map_err(|e| self.redis_error("force_unlock", e))?;
         Ok(deleted == 1)
+    }
+
+    /// Waits for this client's written releases of the key to be answered (see
+    /// `machinery/written.rs`), at most the response timeout: a release that Redis does not
+    /// answer (it is down) goes on in the background, and what follows finds out for itself.
+    async fn written_settled(&self) {
+        let settled = self.shared.written.settled(&self.keys.key);
+        let _ = tokio::time::timeout(self.shared.response_timeout, settled).await;
     }
 
     fn redis_error(&self, op: &'static str, e: redis::RedisError) -> LockError {
@@ -474,6 +482,9 @@ impl Lock {
                 }
                 Attempt::Held { pttl } => {
                     give_up.arm(&hold);
+                    // Refused: no grant of this owner lives now (the script would have found
+                    // it), so a later grant dates from a later attempt.
+                    unseen_since = None;
                     let first_refusal = !refused;
                     refused = true;
                     backoff.reset();
@@ -824,7 +835,7 @@ impl Lock {
     ) -> Result<Attempt, LockError> {
         // A release of this key this client wrote is answered first: on its own connection,
         // this request could overtake it (see `machinery/written.rs`).
-        self.shared.written.settled(&hold.keys.key).await;
+        self.written_settled().await;
         let mut conn = (self.shared.sync_conn.get(sync, Purpose::Acquire).await)
             .map_err(|e| self.redis_error("acquire", e))?;
         let orphan = Orphan::new(&self.shared, conn.clone(), hold, reentry.map(str::to_owned));
@@ -859,8 +870,15 @@ impl Lock {
                         })
                     }
                     Err(e) => {
-                        tracing::warn!(lock = %self.name, error = %e,
-                            "dlock: WAIT failed after a granted acquire; releasing it");
+                        if keep_owner && retry::is_link_error(&e) {
+                            // The caller tries again under this owner (its retry finds the
+                            // grant and WAITs again) or releases it: an undo racing that retry
+                            // could delete a grant the retry adopted.
+                            orphan.disarm();
+                        } else {
+                            tracing::warn!(lock = %self.name, error = %e,
+                                "dlock: WAIT failed after a granted acquire; releasing it");
+                        }
                         Err(self.redis_error("acquire (WAIT for replicas)", e))
                     }
                 }
@@ -946,9 +964,13 @@ impl GiveUp {
 
     /// Takes the trace back now, so the caller's next step (a reader joining after a writer
     /// gave up) does not race it; errors are logged, the trace expires on its own.
+    /// Bounded by the response timeout (the rest goes on in the background), and cancel-safe:
+    /// the hold is forgotten only once the release ran, so a caller's timeout that drops this
+    /// future mid-way still has Drop send it.
     async fn send(&mut self) {
-        if let Some(hold) = self.hold.take() {
+        if let Some(hold) = self.hold.clone() {
             crate::machinery::release::release_quietly(&self.shared, &hold).await;
+            self.hold = None;
         }
     }
 }

@@ -97,6 +97,9 @@ struct Pending {
     done: bool,
     /// A written release, counted until answered (see `machinery/written.rs`).
     in_flight: Option<InFlight>,
+    /// Since when this release is tried, and whether a try may have run: carried over when
+    /// the background takes over, so the latch's memory is counted from the first try.
+    progress: Arc<Progress>,
 }
 
 impl Pending {
@@ -108,18 +111,23 @@ impl Pending {
             latch: shared.unique_id(),
             done: false,
             in_flight: None,
+            progress: Progress::starting(),
         }
     }
 
     async fn run(mut self) -> Result<(), LockError> {
+        let tries = Tries {
+            background: false,
+            last: self.last,
+            patience: Patience::Caller,
+        };
         let result = finish_release(
             &self.shared,
             &self.hold,
-            self.last,
             &self.latch,
-            false,
+            tries,
             None,
-            Patience::Caller,
+            &self.progress,
         )
         .await;
         // A passing fault that outlasted the caller's patience (Redis restarting, loading its
@@ -185,6 +193,7 @@ impl Pending {
     fn spawn(mut self) {
         self.done = true;
         let in_flight = self.in_flight.take();
+        let progress = self.progress.clone();
         let Pending {
             shared,
             hold,
@@ -200,7 +209,7 @@ impl Pending {
             async move {
                 let _in_flight = in_flight;
                 if let Err(e) =
-                    finish_release(&shared, &hold, last, &latch, true, None, Patience::Lease).await
+                    finish_release(&shared, &hold, &latch, Tries { last, ..Tries::background_last() }, None, &progress).await
                 {
                     tracing::warn!(lock = %hold.name, error = %e, "dlock: background release failed");
                 }
@@ -224,16 +233,13 @@ struct AwaitReply {
 impl AwaitReply {
     async fn run(mut self, first: Request, sent_at: Instant) {
         let p = &self.pending;
-        let result = finish_release(
-            &p.shared,
-            &p.hold,
-            p.last,
-            &p.latch,
-            false,
-            Some((first, sent_at)),
-            Patience::Lease,
-        )
-        .await;
+        let tries = Tries {
+            background: false,
+            last: p.last,
+            patience: Patience::Lease,
+        };
+        let first = Some((first, sent_at));
+        let result = finish_release(&p.shared, &p.hold, &p.latch, tries, first, &p.progress).await;
         self.pending.done = true;
         self.pending.in_flight = None;
         if let Err(e) = result {
@@ -252,6 +258,7 @@ impl Drop for Pending {
                 latch: std::mem::take(&mut self.latch),
                 done: false,
                 in_flight: self.in_flight.take(),
+                progress: self.progress.clone(),
             }
             .spawn();
         }
@@ -282,27 +289,22 @@ fn begin_release(shared: &Arc<Shared>, hold: &Arc<Hold>) -> Option<bool> {
     Some(last)
 }
 
-/// `background`: sent from the client's own thread, on its own connection (see
-/// [`release_script`]). `first`: the release request, already sent at that instant.
+/// Sends the release as `tries` says and settles the hold with its answer (the gate, the
+/// lost signal). `first`: the release request, already sent at that instant.
 async fn finish_release(
     shared: &Arc<Shared>,
     hold: &Hold,
-    last: bool,
     latch: &str,
-    background: bool,
+    tries: Tries,
     first: Option<(Request, Instant)>,
-    patience: Patience,
+    progress: &Progress,
 ) -> Result<(), LockError> {
+    let last = tries.last;
     let (first, sent_at) = match first {
         Some((request, at)) => (Some(request), at),
         None => (None, Instant::now()),
     };
-    let tries = Tries {
-        background,
-        last,
-        patience,
-    };
-    let result = release_script(shared, hold, latch, tries, first).await;
+    let result = release_script(shared, hold, latch, tries, first, progress).await;
     if last {
         // Only now may the next task of this process try: the lock is free (or expiring). It
         // owes a waiter of another process a head start only if one may have heard the release.
@@ -333,7 +335,8 @@ pub(crate) fn spawn_release(shared: Arc<Shared>, hold: Arc<Hold>) {
     bg.spawn_cleanup(async move {
         let latch = shared.unique_id();
         let tries = Tries::background_last();
-        if let Err(e) = release_script(&shared, &hold, &latch, tries, None).await {
+        let progress = Progress::starting();
+        if let Err(e) = release_script(&shared, &hold, &latch, tries, None, &progress).await {
             tracing::warn!(lock = %hold.name, error = %e, "dlock: background release failed; the lock ends with its lease");
         }
     });
@@ -351,7 +354,7 @@ pub(crate) async fn release_all_counts(shared: &Arc<Shared>, hold: &Hold) {
             last: false,
             ..Tries::background_last()
         };
-        match release_script(shared, hold, &latch, tries, None).await {
+        match release_script(shared, hold, &latch, tries, None, &Progress::starting()).await {
             Ok(r) if r.left > 0 => {}
             Ok(_) => return,
             Err(e) => {
@@ -365,16 +368,25 @@ pub(crate) async fn release_all_counts(shared: &Arc<Shared>, hold: &Hold) {
 /// Releases of one hold at shutdown, at most: far above any real re-entry depth.
 const MAX_SHUTDOWN_RELEASES: usize = 1024;
 
-/// Releases a hold without a guard and waits for it; a failure is only logged (what it would
-/// have released expires with its lease).
-pub(crate) async fn release_quietly(shared: &Arc<Shared>, hold: &Hold) {
+/// Releases a hold without a guard (an acquire giving back what it may hold) and waits for it
+/// at most the response timeout; a release Redis has not answered by then goes on in the
+/// background until Redis answers or the lease has ended. A failure is only logged.
+pub(crate) async fn release_quietly(shared: &Arc<Shared>, hold: &Arc<Hold>) {
     let latch = shared.unique_id();
     let tries = Tries {
         background: false,
+        patience: Patience::Caller,
         ..Tries::background_last()
     };
-    if let Err(e) = release_script(shared, hold, &latch, tries, None).await {
-        tracing::debug!(lock = %hold.name, error = %e, "dlock: clean-up release failed");
+    match release_script(shared, hold, &latch, tries, None, &Progress::starting()).await {
+        Err(LockError::Redis { source, .. }) if retry::is_transient(&source) => {
+            // Its one count: repeating it under another latch id changes nothing twice.
+            spawn_release(shared.clone(), hold.clone());
+        }
+        Err(e) => {
+            tracing::debug!(lock = %hold.name, error = %e, "dlock: clean-up release failed");
+        }
+        Ok(_) => {}
     }
 }
 
@@ -446,6 +458,24 @@ impl Tries {
     }
 }
 
+/// How one release's tries went so far (see [`release_script`]).
+#[derive(Debug)]
+struct Progress {
+    /// The first try.
+    since: Instant,
+    /// A try whose link broke, so it may have run: a repeat then relies on the latch.
+    maybe_ran: std::sync::atomic::AtomicBool,
+}
+
+impl Progress {
+    fn starting() -> Arc<Self> {
+        Arc::new(Progress {
+            since: Instant::now(),
+            maybe_ran: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+}
+
 /// Past the lease, a little more: Redis's expiry may lag the holder's clock (drift).
 const LEASE_SLACK: Duration = Duration::from_secs(2);
 
@@ -461,20 +491,22 @@ async fn release_script(
     latch_id: &str,
     tries: Tries,
     mut first: Option<Request>,
+    progress: &Progress,
 ) -> Result<Released, LockError> {
     let inner = &shared;
     let latch = format!("{}{latch_id}", hold.keys.latch_prefix);
-    let first_send = tokio::time::Instant::now();
+    // Both counted from the release's first try (`progress.since`).
     let horizon = match tries.patience {
         Patience::Lease => hold.lease.saturating_add(LEASE_SLACK),
-        Patience::Caller => inner
-            .response_timeout
-            .min(hold.lease.saturating_add(LEASE_SLACK)),
+        // The caller waits this long from now.
+        Patience::Caller => {
+            progress.since.elapsed()
+                + inner
+                    .response_timeout
+                    .min(hold.lease.saturating_add(LEASE_SLACK))
+        }
     };
     let mut backoff = Backoff::new();
-    // Whether an attempt may have run unseen (its link broke): a repeat then relies on the
-    // latch, unless it gives back the last count.
-    let mut maybe_ran = false;
     loop {
         let reply = match first.take() {
             Some(sent) => sent.await,
@@ -495,8 +527,11 @@ async fn release_script(
             Ok(released) => return Ok(released),
             Err(e) => e,
         };
-        maybe_ran |= retry::is_link_error(&e);
-        let elapsed = first_send.elapsed();
+        if retry::is_link_error(&e) {
+            progress.maybe_ran.store(true, Ordering::Release);
+        }
+        let maybe_ran = progress.maybe_ran.load(Ordering::Acquire);
+        let elapsed = progress.since.elapsed();
         let latch_remembers = tries.last || !maybe_ran || elapsed < inner.latch_ttl / 2;
         if retry::is_transient(&e) && latch_remembers && elapsed + backoff.peek() < horizon {
             tracing::debug!(lock = %hold.name, error = %e, "dlock: retrying release");

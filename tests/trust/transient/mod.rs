@@ -15,6 +15,7 @@
 //! with `loading-process-events-interval-bytes` at its minimum so the server answers (LOADING)
 //! while it loads. Every such test asserts it saw `loading:1` in `INFO persistence`.
 
+mod down;
 mod loading;
 mod orphaned_grant;
 mod synced_release;

@@ -14,8 +14,8 @@ use dlock::LockClient;
 
 /// The lease of the waiter's grant that is orphaned: its reply never arrives.
 const ORPHAN_TTL: Duration = Duration::from_secs(10);
-/// How long Redis stays down: longer than the orphan clean-up kept trying before issue 28 (one retry
-/// after 100 ms).
+/// How long Redis stays down: longer than the orphan clean-up kept trying before issue 28
+/// (one retry after 100 ms).
 const DOWN_FOR: Duration = Duration::from_millis(1500);
 /// "A few seconds" after the restart: the waiter must hold by then.
 const RECOVERED_WITHIN: Duration = Duration::from_secs(4);
@@ -77,7 +77,7 @@ where
 /// subscribed) ran in Redis at least `SETTLE` ago and nothing is held in the proxy, so their
 /// replies were delivered (the proxy forwards a reply within microseconds of Redis sending
 /// it). Panics if it sent more.
-async fn until_parked(admin: &MultiplexedConnection, proxy: &Proxy, base: u64) {
+pub(super) async fn until_parked(admin: &MultiplexedConnection, proxy: &Proxy, base: u64) {
     const SETTLE: Duration = Duration::from_millis(20);
     let mut admin = admin.clone();
     let start = Instant::now();
