@@ -4,6 +4,8 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use crate::history::{Ev, Event, NEMESIS};
+use crate::keys_left::{self, Ending};
+use crate::modes::{self, Tokens};
 
 /// What the checker needs to know beyond the history.
 #[derive(Debug, Clone)]
@@ -36,7 +38,15 @@ pub struct Hold {
 
 impl Hold {
     fn exclusive(&self) -> bool {
-        self.mode != "read"
+        !modes::mode(&self.mode).shared
+    }
+
+    /// The token, where the mode promises something of it.
+    fn checked_token(&self) -> Option<u64> {
+        match modes::mode(&self.mode).tokens {
+            Tokens::Rise | Tokens::Counter => self.token,
+            Tokens::None | Tokens::Unchecked => None,
+        }
     }
 }
 
@@ -82,10 +92,8 @@ impl Report {
     }
 }
 
-/// Checks `events` (sorted by time). `leftover` is what a SCAN of the servers found under the
-/// key prefix after every client exited cleanly (`None`: not every client did, so it was not
-/// checked).
-pub fn check(events: &[Event], leftover: Option<&[String]>, cfg: &Config) -> Report {
+/// Checks `events` (sorted by time) and what the end of the run found.
+pub fn check(events: &[Event], ending: &Ending, cfg: &Config) -> Report {
     let faults = faults(events);
     let holds = holds(events, &faults);
     let windows: Vec<(u64, u64)> = faults
@@ -106,14 +114,13 @@ pub fn check(events: &[Event], leftover: Option<&[String]>, cfg: &Config) -> Rep
             semaphore(lock, list, cfg.permits, &windows, &mut report);
         } else {
             exclusion(lock, list, &windows, &mut report);
-            token_order(lock, list, &mut report);
+            token_order(lock, list, &windows, &mut report);
         }
     }
     fenced_writes(events, &mut report);
+    transient_replies(events, &mut report);
     liveness(events, cfg, &mut report);
-    if let Some(keys) = leftover {
-        report.violations.extend(stranded(keys));
-    }
+    report.violations.extend(keys_left::findings(ending));
     report.holds = holds;
     report
 }
@@ -331,8 +338,9 @@ fn exclusion(lock: &str, list: &[&Hold], windows: &[(u64, u64)], report: &mut Re
 /// Fencing tokens rise in grant order: a hold granted after another's belief ended has a
 /// larger token. Two reads are not compared: Redis may grant them side by side, and a read
 /// whose reply was delayed (a slow link, a paused process) is then believed after another
-/// read that Redis granted later, with a later token.
-fn token_order(lock: &str, list: &[&Hold], report: &mut Report) {
+/// read that Redis granted later, with a later token. A plain counter's tokens (Redisson's)
+/// going back across a data-loss window are counted apart: the counter was lost with the data.
+fn token_order(lock: &str, list: &[&Hold], windows: &[(u64, u64)], report: &mut Report) {
     // Holds not yet ended, by end time; and the highest tokens of ended ones.
     let mut running: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
     let mut best_excl: Option<(u64, usize)> = None;
@@ -344,7 +352,7 @@ fn token_order(lock: &str, list: &[&Hold], report: &mut Report) {
             }
             running.pop();
             let a = list[j];
-            if let Some(t) = a.token {
+            if let Some(t) = a.checked_token() {
                 let best = if a.exclusive() {
                     &mut best_excl
                 } else {
@@ -355,7 +363,7 @@ fn token_order(lock: &str, list: &[&Hold], report: &mut Report) {
                 }
             }
         }
-        if let Some(token) = b.token {
+        if let Some(token) = b.checked_token() {
             let mut worst = None;
             if let Some((t, j)) = best_excl {
                 if token <= t {
@@ -369,7 +377,7 @@ fn token_order(lock: &str, list: &[&Hold], report: &mut Report) {
             }
             if let Some(j) = worst {
                 let a = list[j];
-                report.violations.push(Violation {
+                let v = Violation {
                     property: "fencing",
                     text: format!(
                         "{lock}: token went back in grant order: {} granted after {}",
@@ -377,7 +385,16 @@ fn token_order(lock: &str, list: &[&Hold], report: &mut Report) {
                         describe(a)
                     ),
                     at: vec![(a.grant, a.p), (b.grant, b.p)],
-                });
+                };
+                let counter = [a, b]
+                    .iter()
+                    .all(|h| modes::mode(&h.mode).tokens == Tokens::Counter);
+                let lost_between = windows.iter().any(|&(s, e)| s <= b.grant && a.grant <= e);
+                if counter && lost_between {
+                    report.explained.push(v);
+                } else {
+                    report.violations.push(v);
+                }
             }
         }
         running.push(Reverse((b.end, i)));
@@ -534,21 +551,69 @@ fn liveness(events: &[Event], cfg: &Config, report: &mut Report) {
     }
 }
 
-/// Keys left under the prefix after a clean exit. Fencing counters (`...:fence`) outlive their
-/// locks by design (tokens must keep rising), and release latches (`...:latch:<id>`) are kept
-/// briefly on purpose; anything else is a lock, queue entry or permit nobody holds.
-pub fn stranded(keys: &[String]) -> Vec<Violation> {
-    keys.iter()
-        .filter(|k| {
-            let key = k.split(' ').next().unwrap_or_default();
-            !key.ends_with(":fence") && !key.contains(":latch:")
-        })
-        .map(|k| Violation {
-            property: "nothing stranded",
-            text: format!("key {k} remained after every client exited cleanly"),
-            at: Vec::new(),
-        })
-        .collect()
+/// Replies a client is to ride out rather than hand to its caller: the server loading its
+/// data after a restart, a slot in migration (TRYAGAIN, and the ASK / MOVED redirects).
+const TRANSIENT: &[&str] = &["LOADING", "TRYAGAIN", "ASK", "MOVED"];
+
+/// The transient Redis code in an error detail (`redis LOADING`).
+fn transient(detail: Option<&str>) -> Option<&str> {
+    let code = detail?.strip_prefix("redis ")?;
+    TRANSIENT.contains(&code).then_some(code)
+}
+
+/// A waiting acquire does not fail on a transient reply before its wait is over, and a
+/// release does not give up on one (the lock would stay held until its lease ran out).
+fn transient_replies(events: &[Event], report: &mut Report) {
+    let mut invoked: HashMap<(i32, u64), (u64, u64)> = HashMap::new();
+    for e in events {
+        let key = (e.p, e.op.unwrap_or(0));
+        match e.ev {
+            Ev::Invoke => {
+                invoked.insert(key, (e.t, e.wait.unwrap_or(0)));
+            }
+            Ev::Fail => {
+                let Some(code) = transient(e.detail.as_deref()) else {
+                    continue;
+                };
+                let Some(&(sent, wait_ms)) = invoked.get(&key) else {
+                    continue;
+                };
+                let deadline = sent + wait_ms * 1_000_000;
+                if wait_ms > 0 && e.t < deadline {
+                    report.violations.push(Violation {
+                        property: "waiters ride out transient replies",
+                        text: format!(
+                            "c{} op {} {} {}: an acquire waiting up to {wait_ms} ms failed with {code} at {:.3}s, {:.3}s into its wait",
+                            e.p,
+                            key.1,
+                            e.mode.as_deref().unwrap_or("?"),
+                            e.lock.as_deref().unwrap_or("?"),
+                            secs(e.t),
+                            secs(e.t - sent)
+                        ),
+                        at: vec![(e.t, e.p)],
+                    });
+                }
+            }
+            Ev::Released => {
+                if let Some(code) = transient(e.detail.as_deref()) {
+                    report.violations.push(Violation {
+                        property: "releases ride out transient replies",
+                        text: format!(
+                            "c{} op {} {} {}: the release failed with {code} at {:.3}s (the lock stays held until its lease ends)",
+                            e.p,
+                            key.1,
+                            e.mode.as_deref().unwrap_or("?"),
+                            e.lock.as_deref().unwrap_or("?"),
+                            secs(e.t)
+                        ),
+                        at: vec![(e.t, e.p)],
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 #[cfg(test)]
