@@ -338,9 +338,55 @@ fn exclusion(lock: &str, list: &[&Hold], windows: &[(u64, u64)], report: &mut Re
 /// Fencing tokens rise in grant order: a hold granted after another's belief ended has a
 /// larger token. Two reads are not compared: Redis may grant them side by side, and a read
 /// whose reply was delayed (a slow link, a paused process) is then believed after another
-/// read that Redis granted later, with a later token. A plain counter's tokens (Redisson's)
-/// going back across a data-loss window are counted apart: the counter was lost with the data.
+/// read that Redis granted later, with a later token. A plain counter (Redisson's) is lost
+/// with the data: its tokens are checked between data-loss faults, and a counter that starts
+/// again lower after one, or goes back inside a data-loss window (two primaries counting), is
+/// counted apart, once per window.
 fn token_order(lock: &str, list: &[&Hold], windows: &[(u64, u64)], report: &mut Report) {
+    let counter = list
+        .iter()
+        .all(|h| modes::mode(&h.mode).tokens == Tokens::Counter);
+    if !counter {
+        rising(lock, list, None, report);
+        return;
+    }
+    let mut starts: Vec<u64> = windows.iter().map(|w| w.0).collect();
+    starts.sort_unstable();
+    let mut epochs: Vec<Vec<&Hold>> = vec![Vec::new(); starts.len() + 1];
+    for &h in list {
+        epochs[starts.partition_point(|&s| s <= h.grant)].push(h);
+    }
+    let mut before: Option<&Hold> = None;
+    let mut counted = Vec::new();
+    for epoch in epochs.iter().filter(|e| !e.is_empty()) {
+        rising(lock, epoch, Some((windows, &mut counted)), report);
+        let first = epoch.iter().find(|h| h.checked_token().is_some());
+        if let (Some(a), Some(b)) = (before, first) {
+            if b.checked_token() <= a.checked_token() {
+                report.explained.push(Violation {
+                    property: "fencing",
+                    text: format!(
+                        "{lock}: the counter started again after a data-loss fault: {} granted after {}",
+                        describe(b),
+                        describe(a)
+                    ),
+                    at: vec![(a.grant, a.p), (b.grant, b.p)],
+                });
+            }
+        }
+        let top = epoch.iter().filter(|h| h.checked_token().is_some());
+        if let Some(top) = top.max_by_key(|h| h.checked_token()) {
+            before = Some(top);
+        }
+    }
+}
+
+/// Data-loss windows (start, end), and the indexes of those already counted apart.
+type Lossy<'a> = (&'a [(u64, u64)], &'a mut Vec<usize>);
+
+/// The token-order check within one stretch of holds. `lossy`: the data-loss windows inside
+/// which a plain counter's go-back is counted apart, and those already counted.
+fn rising(lock: &str, list: &[&Hold], mut lossy: Option<Lossy>, report: &mut Report) {
     // Holds not yet ended, by end time; and the highest tokens of ended ones.
     let mut running: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
     let mut best_excl: Option<(u64, usize)> = None;
@@ -386,14 +432,21 @@ fn token_order(lock: &str, list: &[&Hold], windows: &[(u64, u64)], report: &mut 
                     ),
                     at: vec![(a.grant, a.p), (b.grant, b.p)],
                 };
-                let counter = [a, b]
-                    .iter()
-                    .all(|h| modes::mode(&h.mode).tokens == Tokens::Counter);
-                let lost_between = windows.iter().any(|&(s, e)| s <= b.grant && a.grant <= e);
-                if counter && lost_between {
-                    report.explained.push(v);
-                } else {
-                    report.violations.push(v);
+                let lost = lossy.as_mut().and_then(|(windows, counted)| {
+                    let w = windows
+                        .iter()
+                        .position(|&(s, e)| (s..=e).contains(&b.grant))?;
+                    Some(if counted.contains(&w) {
+                        false
+                    } else {
+                        counted.push(w);
+                        true
+                    })
+                });
+                match lost {
+                    Some(true) => report.explained.push(v),
+                    Some(false) => {}
+                    None => report.violations.push(v),
                 }
             }
         }

@@ -346,9 +346,18 @@ fn checks_redisson_kinds_by_what_they_promise() {
         hold(0, 1, "rrw:0", "rwrite", 10, 100, 5),
         fault(1, "restart_empty", "port 1", 120, 150, true),
         hold(1, 1, "rrw:0", "rwrite", 160, 200, 1),
+        hold(2, 1, "rrw:0", "rwrite", 210, 300, 2),
     ]);
     assert!(r.is_clean(), "{:#?}", r.violations);
-    assert_eq!(r.explained.len(), 1);
+    assert_eq!(r.explained.len(), 1, "{:#?}", r.explained);
+    // Once the window closed, the new counter must rise again.
+    let r = run(vec![
+        hold(0, 1, "rrw:0", "rwrite", 10, 100, 5),
+        fault(1, "restart_empty", "port 1", 120, 150, true),
+        hold(1, 1, "rrw:0", "rwrite", 160, 200, 2),
+        hold(2, 1, "rrw:0", "rwrite", 6_000, 6_100, 1),
+    ]);
+    assert_eq!(properties(&r), ["fencing"]);
 }
 
 #[test]
