@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use crate::history::{Ev, Event, NEMESIS};
 use crate::keys_left::{self, Ending};
 use crate::modes::{self, Tokens};
+use crate::waits;
 
 /// What the checker needs to know beyond the history.
 #[derive(Debug, Clone)]
@@ -84,6 +85,8 @@ pub struct Report {
     pub worst_recovery: Option<(u64, u64)>,
     /// The longest stretch without any grant: (from, to).
     pub longest_gap: Option<(u64, u64)>,
+    /// The acquires that waited longest while nobody else was believed to hold their lock.
+    pub free_waits: Vec<waits::FreeWait>,
 }
 
 impl Report {
@@ -118,9 +121,10 @@ pub fn check(events: &[Event], ending: &Ending, cfg: &Config) -> Report {
         }
     }
     fenced_writes(events, &mut report);
-    transient_replies(events, &mut report);
+    waits::transient_replies(events, &mut report);
     liveness(events, cfg, &mut report);
     report.violations.extend(keys_left::findings(ending));
+    report.free_waits = waits::free_waits(events, &holds, &report.faults);
     report.holds = holds;
     report
 }
@@ -285,7 +289,7 @@ fn in_window(windows: &[(u64, u64)], earlier_grant: u64, later_grant: u64) -> bo
         .any(|&(s, e)| earlier_grant <= e && s <= later_grant && later_grant <= e)
 }
 
-fn describe(h: &Hold) -> String {
+pub fn describe(h: &Hold) -> String {
     format!(
         "c{} op {} {} {} token {} held {:.3}-{:.3}s ({})",
         h.p,
@@ -600,71 +604,6 @@ fn liveness(events: &[Event], cfg: &Config, report: &mut Report) {
                 ),
                 at: vec![(heal, p)],
             });
-        }
-    }
-}
-
-/// Replies a client is to ride out rather than hand to its caller: the server loading its
-/// data after a restart, a slot in migration (TRYAGAIN, and the ASK / MOVED redirects).
-const TRANSIENT: &[&str] = &["LOADING", "TRYAGAIN", "ASK", "MOVED"];
-
-/// The transient Redis code in an error detail (`redis LOADING`).
-fn transient(detail: Option<&str>) -> Option<&str> {
-    let code = detail?.strip_prefix("redis ")?;
-    TRANSIENT.contains(&code).then_some(code)
-}
-
-/// A waiting acquire does not fail on a transient reply before its wait is over, and a
-/// release does not give up on one (the lock would stay held until its lease ran out).
-fn transient_replies(events: &[Event], report: &mut Report) {
-    let mut invoked: HashMap<(i32, u64), (u64, u64)> = HashMap::new();
-    for e in events {
-        let key = (e.p, e.op.unwrap_or(0));
-        match e.ev {
-            Ev::Invoke => {
-                invoked.insert(key, (e.t, e.wait.unwrap_or(0)));
-            }
-            Ev::Fail => {
-                let Some(code) = transient(e.detail.as_deref()) else {
-                    continue;
-                };
-                let Some(&(sent, wait_ms)) = invoked.get(&key) else {
-                    continue;
-                };
-                let deadline = sent + wait_ms * 1_000_000;
-                if wait_ms > 0 && e.t < deadline {
-                    report.violations.push(Violation {
-                        property: "waiters ride out transient replies",
-                        text: format!(
-                            "c{} op {} {} {}: an acquire waiting up to {wait_ms} ms failed with {code} at {:.3}s, {:.3}s into its wait",
-                            e.p,
-                            key.1,
-                            e.mode.as_deref().unwrap_or("?"),
-                            e.lock.as_deref().unwrap_or("?"),
-                            secs(e.t),
-                            secs(e.t - sent)
-                        ),
-                        at: vec![(e.t, e.p)],
-                    });
-                }
-            }
-            Ev::Released => {
-                if let Some(code) = transient(e.detail.as_deref()) {
-                    report.violations.push(Violation {
-                        property: "releases ride out transient replies",
-                        text: format!(
-                            "c{} op {} {} {}: the release failed with {code} at {:.3}s (the lock stays held until its lease ends)",
-                            e.p,
-                            key.1,
-                            e.mode.as_deref().unwrap_or("?"),
-                            e.lock.as_deref().unwrap_or("?"),
-                            secs(e.t)
-                        ),
-                        at: vec![(e.t, e.p)],
-                    });
-                }
-            }
-            _ => {}
         }
     }
 }

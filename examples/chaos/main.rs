@@ -116,6 +116,7 @@ mod summary;
 #[path = "../../tests/common/proxy.rs"]
 mod tcp_proxy;
 mod timeline;
+mod waits;
 
 use std::process::ExitCode;
 

@@ -123,6 +123,25 @@ pub fn render(
             secs(b)
         );
     }
+    for w in &report.free_waits {
+        let _ = writeln!(
+            out,
+            "  waited on a lock nobody else held: {:.3}s of c{} op {} {} {} ({:.3}-{:.3}s, {}{})",
+            secs(w.free),
+            w.p,
+            w.op,
+            w.mode,
+            w.lock,
+            secs(w.from),
+            secs(w.to),
+            w.outcome,
+            if w.faults.is_empty() {
+                String::new()
+            } else {
+                format!(", during {}", w.faults.join(", "))
+            }
+        );
+    }
     match report.last_heal {
         Some(heal) => {
             let _ = writeln!(
@@ -170,7 +189,7 @@ pub fn render(
     }
     let _ = writeln!(
         out,
-        "\nrow: faults {} ({}); violations {}; explained by data loss {}; worst unavailability {:.1}s; keys left {} ({endless} without expiry)",
+        "\nrow: faults {} ({}); violations {}; explained by data loss {}; worst unavailability {:.1}s after a fault heals, {:.1}s without any grant; keys left {} ({endless} without expiry)",
         report.faults.len(),
         faults
             .iter()
@@ -180,6 +199,7 @@ pub fn render(
         report.violations.len(),
         report.explained.len(),
         report.worst_recovery.map_or(0.0, |(w, _)| secs(w)),
+        report.longest_gap.map_or(0.0, |(a, b)| secs(b - a)),
         ending.keys.len()
     );
     out

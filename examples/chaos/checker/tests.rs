@@ -377,3 +377,19 @@ fn flags_a_client_not_granted_after_the_last_fault() {
     assert!(r.violations[0].text.contains("c1"));
     assert_eq!(r.liveness[&0], Some(100_000_000));
 }
+
+#[test]
+fn measures_how_long_an_acquire_waited_on_a_lock_nobody_held() {
+    let ms = 1_000_000;
+    let mut waiter = hold(1, 1, "plain:0", "plain", 400, 500, 2048);
+    waiter[0].t = 50 * ms;
+    let r = run(vec![hold(0, 1, "plain:0", "plain", 10, 100, 1024), waiter]);
+    let w = &r.free_waits[0];
+    assert_eq!((w.p, w.free), (1, 300 * ms), "{w:?}");
+    assert!(w.faults.is_empty());
+    // A read waits on nothing that another read holds.
+    let mut reader = hold(1, 1, "rw:0", "read", 400, 500, 2048);
+    reader[0].t = 50 * ms;
+    let r = run(vec![hold(0, 1, "rw:0", "read", 10, 450, 1024), reader]);
+    assert_eq!(r.free_waits[0].free, 350 * ms);
+}
