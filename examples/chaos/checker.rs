@@ -122,6 +122,8 @@ pub fn check(events: &[Event], ending: &Ending, cfg: &Config) -> Report {
     }
     fenced_writes(events, &mut report);
     waits::transient_replies(events, &mut report);
+    let late = waits::bounded(events, &report.faults);
+    report.violations.extend(late);
     liveness(events, cfg, &mut report);
     report.violations.extend(keys_left::findings(ending));
     report.free_waits = waits::free_waits(events, &holds, &report.faults);

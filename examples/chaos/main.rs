@@ -73,6 +73,8 @@
 //! * **Transient replies**: an acquire that may wait does not fail with LOADING, TRYAGAIN,
 //!   ASK or MOVED before its wait is over, and a release does not fail with one (the lock
 //!   would stay held until its lease ran out).
+//! * **Bounded waits**: an acquire answers, granted or not, within its wait plus 3.5 s (the
+//!   last attempt's response timeout, a synced WAIT, slack), unless its process was stopped.
 //! * **Liveness**: every client is granted something within 8 s of the last fault healing.
 //! * **Clean exit**: every client, told to stop, exits with success within 40 s.
 //! * **Keys left**, by kind (the key with its lock name and ids taken out): no key without an

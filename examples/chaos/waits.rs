@@ -8,6 +8,10 @@ use crate::checker::{secs, Fault, Hold, Report, Violation};
 use crate::history::{Ev, Event};
 use crate::modes;
 
+/// How far past its wait an acquire may return: the last attempt's reply (the response
+/// timeout, 2 s), a synced acquire's WAIT (0.5 s), and a second for a busy machine.
+const OVERRUN: u64 = 3_500_000_000;
+
 /// How many of the longest free waits the summary lists, during faults and away from them.
 const LISTED: usize = 3;
 /// How long after a fault a wait still counts as during it: a killed client's lease (at most
@@ -29,6 +33,50 @@ pub struct FreeWait {
     pub outcome: String,
     /// Faults that overlapped the wait, or ended less than [`AFTERMATH`] before it.
     pub faults: Vec<String>,
+}
+
+/// An acquire answers (granted or not) within its wait plus [`OVERRUN`], unless its process
+/// was stopped (SIGSTOP) meanwhile.
+pub fn bounded(events: &[Event], faults: &[Fault]) -> Vec<Violation> {
+    let mut late = Vec::new();
+    let paused = |p: i32, from: u64, to: u64| {
+        faults.iter().any(|f| {
+            f.kind == "pause" && f.target == format!("c{p}") && f.start < to && from < f.end
+        })
+    };
+    let mut invoked: HashMap<(i32, u64), (u64, u64)> = HashMap::new();
+    for e in events {
+        let key = (e.p, e.op.unwrap_or(0));
+        match e.ev {
+            Ev::Invoke => {
+                invoked.insert(key, (e.t, e.wait.unwrap_or(0)));
+            }
+            Ev::Ok | Ev::Fail => {
+                let Some((sent, wait_ms)) = invoked.remove(&key) else {
+                    continue;
+                };
+                let took = e.t.saturating_sub(sent);
+                if took > wait_ms * 1_000_000 + OVERRUN && !paused(e.p, sent, e.t) {
+                    late.push(Violation {
+                        property: "acquires answer within their wait",
+                        text: format!(
+                            "c{} op {} {} {}: waiting up to {wait_ms} ms, it answered ({}) after {:.3}s, at {:.3}s",
+                            e.p,
+                            key.1,
+                            e.mode.as_deref().unwrap_or("?"),
+                            e.lock.as_deref().unwrap_or("?"),
+                            if e.ev == Ev::Ok { "granted" } else { e.detail.as_deref().unwrap_or("failed") },
+                            secs(took),
+                            secs(e.t)
+                        ),
+                        at: vec![(sent, e.p), (e.t, e.p)],
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    late
 }
 
 /// The acquires (semaphores aside) whose wait had the most time with no conflicting believed

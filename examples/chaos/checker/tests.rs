@@ -393,3 +393,22 @@ fn measures_how_long_an_acquire_waited_on_a_lock_nobody_held() {
     let r = run(vec![hold(0, 1, "rw:0", "read", 10, 450, 1024), reader]);
     assert_eq!(r.free_waits[0].free, 350 * ms);
 }
+
+#[test]
+fn flags_an_acquire_answering_long_after_its_wait() {
+    let ms = 1_000_000;
+    let mut invoke = ev(100 * ms, 0, Ev::Invoke, 1, "rw:0", "write");
+    invoke.wait = Some(1_000);
+    let fail = ev(6_000 * ms, 0, Ev::Fail, 1, "rw:0", "write").detail("redis");
+    let r = run(vec![vec![invoke.clone(), fail.clone()]]);
+    assert_eq!(properties(&r), ["acquires answer within their wait"]);
+    // Not when its process was stopped meanwhile, nor within the slack.
+    let r = run(vec![
+        vec![invoke.clone(), fail],
+        fault(1, "pause", "c0", 2_000, 5_000, false),
+    ]);
+    assert!(r.is_clean(), "{:#?}", r.violations);
+    let ok = ev(4_500 * ms, 0, Ev::Ok, 1, "rw:0", "write").token(Some(9));
+    let r = run(vec![vec![invoke, ok]]);
+    assert!(r.is_clean(), "{:#?}", r.violations);
+}
