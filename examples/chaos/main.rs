@@ -24,9 +24,9 @@
 //!   loads each one with a `key-load-delay`, so every restart from its AOF answers LOADING for
 //!   ~3 s before it serves again.
 //! * **Clients**: N processes (`--clients`, default 5), this binary re-run as `chaos client`,
-//!   each on a current-thread or a multi-thread tokio runtime and, where the deployment has a
-//!   replica (single, sentinel), with or without `synced_replicas(1, 500 ms)`: alternating,
-//!   from a start the seed draws, so both of each run. On the single server each connects
+//!   every second one (from a client the seed picks) on a current-thread tokio runtime and
+//!   the others on a multi-thread one, and where the deployment has a replica (single,
+//!   sentinel) every third with `synced_replicas(1, 500 ms)`. On the single server each connects
 //!   through its own loopback proxy. Each loops: acquire a lock of the kind under test (`mix`:
 //!   plain, fair, read, write, semaphore, Redisson's `RLock` and `RReadWriteLock` read and
 //!   write alike) on one of a few names, with a random TTL (1-4 s) or a hard lease (0.8-3 s),

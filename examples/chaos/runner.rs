@@ -27,8 +27,9 @@ pub const LIVENESS: Duration = Duration::from_secs(8);
 const EXIT_BOUND: Duration = Duration::from_secs(40);
 
 /// How one client process runs, drawn from the seed: its runtime flavour, and whether its
-/// locks wait for a replica (only where the deployment has one). Alternating, from a seeded
-/// start, so every run with two clients or more has both of each.
+/// locks wait for a replica (only where the deployment has one). Every second client runs on
+/// a current-thread runtime and every third is synced, from seeded starts, so a run of three
+/// clients or more has both of each.
 #[derive(Debug, Clone, Copy)]
 pub struct Flavour {
     pub current_thread: bool,
