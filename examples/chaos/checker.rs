@@ -4,6 +4,9 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use crate::history::{Ev, Event, NEMESIS};
+use crate::keys_left::{self, Ending};
+use crate::modes::{self, Tokens};
+use crate::waits;
 
 /// What the checker needs to know beyond the history.
 #[derive(Debug, Clone)]
@@ -36,7 +39,15 @@ pub struct Hold {
 
 impl Hold {
     fn exclusive(&self) -> bool {
-        self.mode != "read"
+        !modes::mode(&self.mode).shared
+    }
+
+    /// The token, where the mode promises something of it.
+    fn checked_token(&self) -> Option<u64> {
+        match modes::mode(&self.mode).tokens {
+            Tokens::Rise | Tokens::Counter => self.token,
+            Tokens::None | Tokens::Unchecked => None,
+        }
     }
 }
 
@@ -74,6 +85,8 @@ pub struct Report {
     pub worst_recovery: Option<(u64, u64)>,
     /// The longest stretch without any grant: (from, to).
     pub longest_gap: Option<(u64, u64)>,
+    /// The acquires that waited longest while nobody else was believed to hold their lock.
+    pub free_waits: Vec<waits::FreeWait>,
 }
 
 impl Report {
@@ -82,10 +95,8 @@ impl Report {
     }
 }
 
-/// Checks `events` (sorted by time). `leftover` is what a SCAN of the servers found under the
-/// key prefix after every client exited cleanly (`None`: not every client did, so it was not
-/// checked).
-pub fn check(events: &[Event], leftover: Option<&[String]>, cfg: &Config) -> Report {
+/// Checks `events` (sorted by time) and what the end of the run found.
+pub fn check(events: &[Event], ending: &Ending, cfg: &Config) -> Report {
     let faults = faults(events);
     let holds = holds(events, &faults);
     let windows: Vec<(u64, u64)> = faults
@@ -106,14 +117,16 @@ pub fn check(events: &[Event], leftover: Option<&[String]>, cfg: &Config) -> Rep
             semaphore(lock, list, cfg.permits, &windows, &mut report);
         } else {
             exclusion(lock, list, &windows, &mut report);
-            token_order(lock, list, &mut report);
+            token_order(lock, list, &windows, &mut report);
         }
     }
     fenced_writes(events, &mut report);
+    waits::transient_replies(events, &mut report);
+    let late = waits::bounded(events, &report.faults);
+    report.violations.extend(late);
     liveness(events, cfg, &mut report);
-    if let Some(keys) = leftover {
-        report.violations.extend(stranded(keys));
-    }
+    report.violations.extend(keys_left::findings(ending));
+    report.free_waits = waits::free_waits(events, &holds, &report.faults);
     report.holds = holds;
     report
 }
@@ -278,7 +291,7 @@ fn in_window(windows: &[(u64, u64)], earlier_grant: u64, later_grant: u64) -> bo
         .any(|&(s, e)| earlier_grant <= e && s <= later_grant && later_grant <= e)
 }
 
-fn describe(h: &Hold) -> String {
+pub fn describe(h: &Hold) -> String {
     format!(
         "c{} op {} {} {} token {} held {:.3}-{:.3}s ({})",
         h.p,
@@ -331,8 +344,55 @@ fn exclusion(lock: &str, list: &[&Hold], windows: &[(u64, u64)], report: &mut Re
 /// Fencing tokens rise in grant order: a hold granted after another's belief ended has a
 /// larger token. Two reads are not compared: Redis may grant them side by side, and a read
 /// whose reply was delayed (a slow link, a paused process) is then believed after another
-/// read that Redis granted later, with a later token.
-fn token_order(lock: &str, list: &[&Hold], report: &mut Report) {
+/// read that Redis granted later, with a later token. A plain counter (Redisson's) is lost
+/// with the data: its tokens are checked between data-loss faults, and a counter that starts
+/// again lower after one, or goes back inside a data-loss window (two primaries counting), is
+/// counted apart, once per window.
+fn token_order(lock: &str, list: &[&Hold], windows: &[(u64, u64)], report: &mut Report) {
+    let counter = list
+        .iter()
+        .all(|h| modes::mode(&h.mode).tokens == Tokens::Counter);
+    if !counter {
+        rising(lock, list, None, report);
+        return;
+    }
+    let mut starts: Vec<u64> = windows.iter().map(|w| w.0).collect();
+    starts.sort_unstable();
+    let mut epochs: Vec<Vec<&Hold>> = vec![Vec::new(); starts.len() + 1];
+    for &h in list {
+        epochs[starts.partition_point(|&s| s <= h.grant)].push(h);
+    }
+    let mut before: Option<&Hold> = None;
+    let mut counted = Vec::new();
+    for epoch in epochs.iter().filter(|e| !e.is_empty()) {
+        rising(lock, epoch, Some((windows, &mut counted)), report);
+        let first = epoch.iter().find(|h| h.checked_token().is_some());
+        if let (Some(a), Some(b)) = (before, first) {
+            if b.checked_token() <= a.checked_token() {
+                report.explained.push(Violation {
+                    property: "fencing",
+                    text: format!(
+                        "{lock}: the counter started again after a data-loss fault: {} granted after {}",
+                        describe(b),
+                        describe(a)
+                    ),
+                    at: vec![(a.grant, a.p), (b.grant, b.p)],
+                });
+            }
+        }
+        let top = epoch.iter().filter(|h| h.checked_token().is_some());
+        if let Some(top) = top.max_by_key(|h| h.checked_token()) {
+            before = Some(top);
+        }
+    }
+}
+
+/// Data-loss windows (start, end), and the indexes of those already counted apart.
+type Lossy<'a> = (&'a [(u64, u64)], &'a mut Vec<usize>);
+
+/// The token-order check within one stretch of holds. `lossy`: the data-loss windows inside
+/// which a plain counter's go-back is counted apart, and those already counted.
+fn rising(lock: &str, list: &[&Hold], mut lossy: Option<Lossy>, report: &mut Report) {
     // Holds not yet ended, by end time; and the highest tokens of ended ones.
     let mut running: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
     let mut best_excl: Option<(u64, usize)> = None;
@@ -344,7 +404,7 @@ fn token_order(lock: &str, list: &[&Hold], report: &mut Report) {
             }
             running.pop();
             let a = list[j];
-            if let Some(t) = a.token {
+            if let Some(t) = a.checked_token() {
                 let best = if a.exclusive() {
                     &mut best_excl
                 } else {
@@ -355,7 +415,7 @@ fn token_order(lock: &str, list: &[&Hold], report: &mut Report) {
                 }
             }
         }
-        if let Some(token) = b.token {
+        if let Some(token) = b.checked_token() {
             let mut worst = None;
             if let Some((t, j)) = best_excl {
                 if token <= t {
@@ -369,7 +429,7 @@ fn token_order(lock: &str, list: &[&Hold], report: &mut Report) {
             }
             if let Some(j) = worst {
                 let a = list[j];
-                report.violations.push(Violation {
+                let v = Violation {
                     property: "fencing",
                     text: format!(
                         "{lock}: token went back in grant order: {} granted after {}",
@@ -377,7 +437,23 @@ fn token_order(lock: &str, list: &[&Hold], report: &mut Report) {
                         describe(a)
                     ),
                     at: vec![(a.grant, a.p), (b.grant, b.p)],
+                };
+                let lost = lossy.as_mut().and_then(|(windows, counted)| {
+                    let w = windows
+                        .iter()
+                        .position(|&(s, e)| (s..=e).contains(&b.grant))?;
+                    Some(if counted.contains(&w) {
+                        false
+                    } else {
+                        counted.push(w);
+                        true
+                    })
                 });
+                match lost {
+                    Some(true) => report.explained.push(v),
+                    Some(false) => {}
+                    None => report.violations.push(v),
+                }
             }
         }
         running.push(Reverse((b.end, i)));
@@ -532,23 +608,6 @@ fn liveness(events: &[Event], cfg: &Config, report: &mut Report) {
             });
         }
     }
-}
-
-/// Keys left under the prefix after a clean exit. Fencing counters (`...:fence`) outlive their
-/// locks by design (tokens must keep rising), and release latches (`...:latch:<id>`) are kept
-/// briefly on purpose; anything else is a lock, queue entry or permit nobody holds.
-pub fn stranded(keys: &[String]) -> Vec<Violation> {
-    keys.iter()
-        .filter(|k| {
-            let key = k.split(' ').next().unwrap_or_default();
-            !key.ends_with(":fence") && !key.contains(":latch:")
-        })
-        .map(|k| Violation {
-            property: "nothing stranded",
-            text: format!("key {k} remained after every client exited cleanly"),
-            at: Vec::new(),
-        })
-        .collect()
 }
 
 #[cfg(test)]

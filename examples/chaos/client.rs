@@ -13,7 +13,9 @@ use dlock::redis::aio::MultiplexedConnection;
 use dlock::{LockClient, LockClientBuilder, LockError, LockGuard, Permit};
 use futures_util::FutureExt;
 
+use crate::checker::secs;
 use crate::history::{Ev, Recorder};
+use crate::modes;
 use crate::rng::Rng;
 use crate::{Kind, Topology};
 
@@ -56,34 +58,32 @@ pub struct ClientArgs {
     /// The history file this process appends to.
     #[arg(long)]
     pub out: PathBuf,
+    /// Run on a current-thread tokio runtime (the runner draws this per client from the seed).
+    #[arg(long)]
+    pub current_thread: bool,
+    /// Build the client with `synced_replicas(1, ..)` (where the deployment has a replica).
+    #[arg(long)]
+    pub synced: bool,
 }
 
-/// The lock names each mode uses: few, so clients contend.
-pub fn names(mode: &str) -> &'static [&'static str] {
-    match mode {
-        "plain" => &["plain:0", "plain:1", "plain:2"],
-        "fair" => &["fair:0", "fair:1"],
-        "read" | "write" => &["rw:0"],
-        _ => &["sem:0"],
-    }
-}
-
-fn modes(kind: Kind) -> &'static [&'static str] {
-    match kind {
-        Kind::Plain => &["plain"],
-        Kind::Fair => &["fair"],
-        Kind::Rw => &["read", "read", "write"],
-        Kind::Semaphore => &["sem"],
-        Kind::Mix => &["plain", "fair", "read", "write", "sem"],
-    }
-}
+/// How long a synced acquire or renewal waits for its replica's confirmation (below the
+/// response timeout, as the builder requires).
+const SYNC_WITHIN: Duration = Duration::from_millis(500);
 
 pub fn main(args: ClientArgs) -> std::process::ExitCode {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    // Applications run dlock on either flavour; the client's background work must not depend
+    // on a multi-thread runtime (a current-thread one runs nothing while its thread blocks).
+    let rt = if args.current_thread {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+    }
+    .expect("tokio runtime");
     match rt.block_on(run(args)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -95,10 +95,16 @@ pub fn main(args: ClientArgs) -> std::process::ExitCode {
 
 async fn run(args: ClientArgs) -> Result<(), Box<dyn std::error::Error>> {
     let rec = Arc::new(Recorder::create(&args.out, args.origin, args.id)?);
-    rec.record(
-        &rec.event(Ev::Start)
-            .detail(format!("incarnation {}", args.incarnation)),
-    );
+    rec.record(&rec.event(Ev::Start).detail(format!(
+        "incarnation {}, {}, {}",
+        args.incarnation,
+        if args.current_thread {
+            "current-thread"
+        } else {
+            "multi-thread"
+        },
+        if args.synced { "synced" } else { "unsynced" }
+    )));
     let client = connect(&args).await?;
     let mut register = dlock::redis::Client::open(args.register.as_str())?
         .get_multiplexed_async_connection()
@@ -136,6 +142,7 @@ async fn connect(args: &ClientArgs) -> Result<LockClient, LockError> {
             }
         }
         .response_timeout(Duration::from_secs(2))
+        .synced_replicas(u32::from(args.synced), SYNC_WITHIN)
     };
     let mut last = None;
     for _ in 0..60 {
@@ -182,6 +189,16 @@ impl Held {
             Held::Permit(p) => p.release().await,
         }
     }
+
+    /// Returns once the release is on the wire; its reply is awaited in the background.
+    async fn release_written(self) {
+        match self {
+            Held::Guard(g) => g.release_written().await,
+            Held::Permit(p) => {
+                let _ = p.release().await;
+            }
+        }
+    }
 }
 
 /// Records the `Lost` transition once per hold, whoever sees it first.
@@ -223,8 +240,8 @@ async fn one_op(
     rng: &mut Rng,
     op: u64,
 ) {
-    let mode = *rng.pick(modes(args.kind));
-    let lock = *rng.pick(names(mode));
+    let mode = *rng.pick(modes::of_kind(args.kind));
+    let lock = *rng.pick(modes::mode(mode).locks);
     let ttl = Duration::from_millis(rng.range(1_000, 4_000));
     let lease = rng
         .chance(20)
@@ -237,11 +254,15 @@ async fn one_op(
     let cancel_acquire = rng
         .chance(5)
         .then(|| Duration::from_millis(rng.range(0, wait.as_millis() as u64 + 100)));
-    let reenter = mode != "read" && mode != "sem" && rng.chance(20);
+    let reenter = !modes::mode(mode).shared && mode != "sem" && rng.chance(20);
     let hold = Duration::from_millis(rng.range(0, 400));
     let late_write = rng.chance(30);
+    // A written release (the attribute's: returns once the release is on the wire) is for
+    // guards; a permit takes the awaited release instead.
     let ending = match rng.range(0, 99) {
-        0..=69 => "release",
+        0..=54 => "release",
+        55..=69 if mode != "sem" => "release_written",
+        55..=69 => "release",
         70..=84 => "drop",
         _ => "cancel",
     };
@@ -252,6 +273,9 @@ async fn one_op(
         "fair" => client.fair_lock(lock),
         "read" => client.read_write_lock(lock).read(),
         "write" => client.read_write_lock(lock).write(),
+        "rlock" => client.redisson_lock(lock),
+        "rread" => client.redisson_read_write_lock(lock).read(),
+        "rwrite" => client.redisson_read_write_lock(lock).write(),
         _ => client.lock(lock), // unused for the semaphore
     };
     let handle = match lease {
@@ -265,18 +289,15 @@ async fn one_op(
         None => sem.ttl(ttl),
     };
 
-    rec.record(
-        &rec.event(Ev::Invoke)
-            .op(op)
-            .lock(lock, mode)
-            .detail(format!(
-                "{} {}ms wait {}ms{}",
-                if lease.is_some() { "lease" } else { "ttl" },
-                lease.unwrap_or(ttl).as_millis(),
-                wait.as_millis(),
-                if reenter { " reenter" } else { "" }
-            )),
-    );
+    let mut invoke = rec.event(Ev::Invoke).op(op).lock(lock, mode);
+    invoke.wait = Some(wait.as_millis() as u64);
+    rec.record(&invoke.detail(format!(
+        "{} {}ms wait {}ms{}",
+        if lease.is_some() { "lease" } else { "ttl" },
+        lease.unwrap_or(ttl).as_millis(),
+        wait.as_millis(),
+        if reenter { " reenter" } else { "" }
+    )));
     let acquire = async {
         if mode == "sem" {
             sem.acquire().await.map(Held::Permit)
@@ -307,12 +328,12 @@ async fn one_op(
             return;
         }
         Some(Ok(Err(e))) => {
-            rec.record(
-                &rec.event(Ev::Fail)
-                    .op(op)
-                    .lock(lock, mode)
-                    .detail(error_kind(&e)),
-            );
+            let event = rec.event(Ev::Fail).op(op).lock(lock, mode);
+            // The whole error, for whoever looks into a failure (the history keeps its kind).
+            if matches!(e, LockError::Redis { .. } | LockError::Connect { .. }) {
+                eprintln!("{:.3}s op {op} {mode} {lock}: {e}", secs(event.t));
+            }
+            rec.record(&event.detail(error_kind(&e)));
             return;
         }
         Some(Ok(Ok(held))) => held,
@@ -340,7 +361,7 @@ async fn one_op(
     // body by then), so a hold that ran out while the process was stopped is recorded lost
     // before the cancel, as the other endings look first too.
     let peek = held.lost();
-    let fenced = mode != "read" && mode != "sem";
+    let fenced = modes::fenced(mode);
     let id = args.id;
     let body = {
         let lost = lost.clone();
@@ -413,6 +434,23 @@ async fn one_op(
                         .detail("drop"),
                 );
                 drop(held);
+            } else if ending == "release_written" {
+                rec.record(
+                    &rec.event(Ev::ReleaseStart)
+                        .op(op)
+                        .lock(lock, mode)
+                        .detail("release_written"),
+                );
+                let detail = match tokio::time::timeout(STUCK, held.release_written()).await {
+                    Ok(()) => "written",
+                    Err(_) => "stuck",
+                };
+                rec.record(
+                    &rec.event(Ev::Released)
+                        .op(op)
+                        .lock(lock, mode)
+                        .detail(detail),
+                );
             } else {
                 rec.record(
                     &rec.event(Ev::ReleaseStart)
@@ -422,7 +460,10 @@ async fn one_op(
                 );
                 let detail = match tokio::time::timeout(STUCK, held.release()).await {
                     Ok(Ok(())) => "ok".to_owned(),
-                    Ok(Err(e)) => error_kind(&e),
+                    Ok(Err(e)) => {
+                        eprintln!("{:.3}s op {op} {mode} {lock} release: {e}", secs(rec.now()));
+                        error_kind(&e)
+                    }
                     Err(_) => "stuck".to_owned(),
                 };
                 rec.record(
@@ -473,8 +514,14 @@ async fn fenced_write(
     rec.record(&event);
 }
 
-/// A short name for what went wrong, for the history and the summary.
+/// A short name for what went wrong, for the history and the summary: Redis's error code
+/// follows a Redis error (`redis LOADING`, `redis TRYAGAIN`), which the checker reads.
 pub fn error_kind(e: &LockError) -> String {
+    if let LockError::Redis { source, .. } = e {
+        if let Some(code) = source.code() {
+            return format!("redis {code}");
+        }
+    }
     match e {
         LockError::Timeout { .. } => "timeout",
         LockError::NotHeld { .. } => "not_held",

@@ -11,10 +11,24 @@ use crate::Topology;
 
 /// How long one admin command may take (a DEBUG SLEEP's caller waits longer: see `call`).
 const ASK: Duration = Duration::from_secs(2);
+/// The filler's keys: a dataset for the single server to load after a restart, never touched by
+/// a client, and left out of the end-of-run key check.
+pub const FILLER_PREFIX: &str = "chaos:filler:";
+/// Microseconds the single server spends on each key it loads (`key-load-delay`, which Redis
+/// 7.0 applies to AOF and RDB loading alike): ~190 us a key in fact (the sleep's overhead), so
+/// 15,000 filler keys keep it answering LOADING for ~3 s after each restart. On the command
+/// line: a CONFIG SET would not survive the restart.
+const KEY_LOAD_DELAY_US: &str = "100";
 
 pub enum Deployment {
-    /// With AOF (`appendfsync always`), so a restart can keep every acknowledged write.
-    Single(RedisServer),
+    /// With AOF (`appendfsync always`), so a restart can keep every acknowledged write; the
+    /// filler makes each restart load for seconds. The second server is its replica, for
+    /// replica-synced clients (never promoted: nothing watches over it).
+    Single(
+        RedisServer,
+        // Held, not read: dropping it would stop the replica.
+        #[allow(dead_code)] Box<RedisServer>,
+    ),
     /// A primary, a replica and three sentinels.
     Sentinel(RedisSentinel),
     /// Three masters, one replica each.
@@ -22,10 +36,25 @@ pub enum Deployment {
 }
 
 impl Deployment {
-    pub fn start(topology: Topology) -> io::Result<Self> {
+    /// Starts the servers; the single server gets `filler` keys.
+    pub fn start(topology: Topology, filler: usize) -> io::Result<Self> {
         Ok(match topology {
             Topology::Single => {
-                Deployment::Single(RedisServer::start_persistent(Persistence::Aof)?)
+                let server = RedisServer::builder()
+                    .persistence(Persistence::Aof)
+                    .args(["--key-load-delay", KEY_LOAD_DELAY_US])
+                    // RDB loading answers clients only every this many bytes (2 MB by default,
+                    // more than the filler): an AOF rewrite's RDB preamble must answer LOADING
+                    // too, not hang its clients.
+                    .args(["--loading-process-events-interval-bytes", "1024"])
+                    .start()?;
+                write_filler(server.port(), filler).map_err(io::Error::other)?;
+                let replica = RedisServer::start_with_args(&[
+                    "--replicaof",
+                    "127.0.0.1",
+                    &server.port().to_string(),
+                ])?;
+                Deployment::Single(server, Box::new(replica))
             }
             Topology::Sentinel => Deployment::Sentinel(RedisSentinel::start()?),
             Topology::Cluster => Deployment::Cluster(RedisCluster::start(3, 1)?),
@@ -35,7 +64,7 @@ impl Deployment {
     /// What a client is given: the server, the sentinels, or the cluster's seeds.
     pub fn urls(&self) -> Vec<String> {
         match self {
-            Deployment::Single(s) => vec![s.url()],
+            Deployment::Single(s, _) => vec![s.url()],
             Deployment::Sentinel(s) => s.sentinel_urls(),
             Deployment::Cluster(c) => c.urls(),
         }
@@ -51,7 +80,7 @@ impl Deployment {
     /// The ports that take writes now (by master number on a cluster).
     pub fn masters(&self) -> io::Result<Vec<u16>> {
         match self {
-            Deployment::Single(s) => Ok(vec![s.port()]),
+            Deployment::Single(s, _) => Ok(vec![s.port()]),
             Deployment::Sentinel(s) => Ok(vec![port_of(&s.master_url()?)]),
             Deployment::Cluster(c) => Ok(c.masters()?.iter().map(|n| n.port).collect()),
         }
@@ -62,7 +91,7 @@ impl Deployment {
     /// every cluster node reports `cluster_state:ok` and the role the cluster gives it.
     pub fn settled(&self) -> Result<(), String> {
         match self {
-            Deployment::Single(_) => Ok(()),
+            Deployment::Single(..) => Ok(()),
             Deployment::Sentinel(s) => sentinel_settled(s),
             Deployment::Cluster(c) => {
                 let nodes = c.nodes().map_err(|e| e.to_string())?;
@@ -133,6 +162,31 @@ fn sentinel_settled(set: &RedisSentinel) -> Result<(), String> {
         if role != "slave" {
             return Err(format!("replica {port} still answers ROLE {role}"));
         }
+    }
+    Ok(())
+}
+
+/// Writes `count` filler keys to the server on `port`, in pipelines of 1,000 (~0.2 s for
+/// 15,000 with every write fsynced).
+pub fn write_filler(port: u16, count: usize) -> Result<(), String> {
+    let client =
+        redis::Client::open(format!("redis://127.0.0.1:{port}")).map_err(|e| e.to_string())?;
+    let mut con = client
+        .get_connection_with_timeout(ASK)
+        .map_err(|e| format!("{port}: {e}"))?;
+    con.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    let value = "f".repeat(64);
+    for start in (0..count).step_by(1_000) {
+        let mut pipe = redis::pipe();
+        for i in start..(start + 1_000).min(count) {
+            pipe.cmd("SET")
+                .arg(format!("{FILLER_PREFIX}{i}"))
+                .arg(&value)
+                .ignore();
+        }
+        pipe.query::<()>(&mut con)
+            .map_err(|e| format!("{port}: filler: {e}"))?;
     }
     Ok(())
 }

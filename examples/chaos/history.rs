@@ -28,7 +28,7 @@ pub const NEMESIS: i32 = -1;
 pub enum Ev {
     /// A client process (re)started.
     Start,
-    /// An acquire was sent.
+    /// An acquire was sent (`wait`: its wait bound).
     Invoke,
     /// The acquire was granted (`token`; none for a semaphore permit).
     Ok,
@@ -43,9 +43,11 @@ pub enum Ev {
     /// error kind; `token`: the token sent; `highest`: the register's when refused; `at`: when
     /// it was sent).
     Fence,
-    /// The hold ends from the client's side (`detail`: `release`, `drop` or `cancel`).
+    /// The hold ends from the client's side (`detail`: `release`, `release_written`, `drop` or
+    /// `cancel`).
     ReleaseStart,
-    /// The release's reply (`detail`: `ok`, `not_held` or the error kind).
+    /// The release's reply (`detail`: `ok`, `not_held` or the error kind; `written` once a
+    /// written release is on the wire).
     Released,
     /// The client finished its loop and shut its `LockClient` down.
     Exit,
@@ -83,6 +85,9 @@ pub struct Event {
     pub target: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<u64>,
+    /// An acquire's wait bound in ms (on `invoke`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<u64>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub data_loss: bool,
 }
@@ -102,6 +107,7 @@ impl Event {
             detail: None,
             target: None,
             at: None,
+            wait: None,
             data_loss: false,
         }
     }

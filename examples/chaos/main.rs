@@ -6,6 +6,7 @@
 //! cargo run --release --example chaos -- --minutes 10 --topology single --kind mix --seed 7
 //! cargo run --release --example chaos -- --topology sentinel --kind rw --clients 5
 //! cargo run --release --example chaos -- --topology cluster --kind fair --seed 3
+//! cargo run --release --example chaos -- --minutes 0.5 --topology cluster --faults migrate
 //! ```
 //!
 //! Each run writes `target/chaos/<topology>-<kind>-<seed>/`: `history.jsonl` (every event),
@@ -16,26 +17,40 @@
 //!
 //! # The run
 //!
-//! * **Servers**, all through `dlock::testing`: a single server with AOF (`--topology single`),
-//!   a primary + replica + 3 sentinels (`sentinel`), or 3 masters with a replica each
-//!   (`cluster`); and a separate server for the fenced register, which no fault touches.
-//! * **Clients**: N processes (`--clients`, default 5), this binary re-run as `chaos client`.
-//!   On the single server each connects through its own loopback proxy. Each loops: acquire a
-//!   lock of the kind under test (`mix`: plain, fair, read, write and semaphore alike) on one of
-//!   a few names, with a random TTL (1-4 s) or a hard lease (0.8-3 s), a random wait (0-4 s),
-//!   sometimes cancelled mid-acquire; sometimes re-enter it in its scope; write `(client, op)`
-//!   to the register with `fence::set_if_newer` and its token (plain, fair and write holds),
-//!   hold 0-400 ms, sometimes write again; then release, drop the guard, or drop the body's
-//!   future mid-hold (cancel).
+//! * **Servers**, all through `dlock::testing`: a single server with AOF and a replica
+//!   (`--topology single`), a primary + replica + 3 sentinels (`sentinel`), or 3 masters with
+//!   a replica each (`cluster`); and a separate server for the fenced register, which no fault
+//!   touches. The single server holds `--filler-keys` (15,000) keys no client touches and
+//!   loads each one with a `key-load-delay`, so every restart from its AOF answers LOADING for
+//!   ~3 s before it serves again.
+//! * **Clients**: N processes (`--clients`, default 5), this binary re-run as `chaos client`,
+//!   every second one (from a client the seed picks) on a current-thread tokio runtime and
+//!   the others on a multi-thread one, and where the deployment has a replica (single,
+//!   sentinel) every third with `synced_replicas(1, 500 ms)`. On the single server each connects
+//!   through its own loopback proxy. Each loops: acquire a lock of the kind under test (`mix`:
+//!   plain, fair, read, write, semaphore, Redisson's `RLock` and `RReadWriteLock` read and
+//!   write alike) on one of a few names, with a random TTL (1-4 s) or a hard lease (0.8-3 s),
+//!   a random wait (0-4 s), sometimes cancelled mid-acquire; sometimes re-enter it in its
+//!   scope; write `(client, op)` to the register with `fence::set_if_newer` and its token
+//!   (the exclusive holds of kinds whose tokens are checked: see `modes.rs`), hold 0-400 ms,
+//!   sometimes write again; then release (awaited, or written: `release_written`, as the
+//!   attribute does), drop the guard, or drop the body's future mid-hold (cancel).
 //! * **Nemesis**: one fault at a time, 0.3-2.5 s apart: SIGSTOP/SIGCONT and SIGKILL of a
 //!   client (restarted); on the single server a proxy that freezes, delays or cuts one
-//!   client's connections, and restarts with the AOF and without it; CLIENT KILL (normal or
-//!   pubsub), SCRIPT FLUSH + FUNCTION FLUSH, DEBUG SLEEP; on sentinel and cluster also a
-//!   manual failover, SIGSTOP of a primary, and SIGKILL of a primary (the harness does not
-//!   restart a killed primary, and its shard cannot fail over again, so kills come only in the
-//!   last quarter of the fault phase). No clock jumps. After the fault
-//!   phase the clients run 10 s more without faults, then are told to stop (their stdin
-//!   closes), release what they hold and shut their clients down.
+//!   client's connections, restarts from the AOF (`restart_loading`: seconds of LOADING) and
+//!   without it (`restart_empty`; the filler is written again after), and `kill_inflight`
+//!   (one client's replies held at its proxy while its requests still reach Redis, so Redis
+//!   grants and fsyncs what the client never hears; then SIGKILL of Redis, that client's links
+//!   cut, and a restart from the AOF 1.5 s later); CLIENT KILL (normal or pubsub), SCRIPT
+//!   FLUSH + FUNCTION FLUSH, DEBUG SLEEP; on sentinel and cluster also a manual failover,
+//!   SIGSTOP of a primary, and SIGKILL of a primary (the harness does not restart a killed
+//!   primary, and its shard cannot fail over again, so kills come only in the last quarter of
+//!   the fault phase); on the cluster `migrate`: the slot of a lock in use goes to another
+//!   master key by key (IMPORTING / MIGRATING, MIGRATE; clients meet ASK and TRYAGAIN), is
+//!   handed over with SETSLOT NODE, and comes back the same way. `--faults a,b` draws from
+//!   those kinds only. No clock jumps. After the fault phase the clients run 10 s more without
+//!   faults, then are told to stop (their stdin closes), release what they hold and shut their
+//!   clients down.
 //! * **Clock**: every event is stamped with `CLOCK_MONOTONIC`, which is one clock for every
 //!   process on the machine, less the run's origin.
 //!
@@ -51,13 +66,20 @@
 //! * **Fencing**: a hold granted after another's belief ended has a larger token (two reads
 //!   are not compared: Redis grants them side by side, and a read whose reply was delayed is
 //!   believed after a read Redis granted later); and the register accepts no write whose
-//!   token is lower than one it had
-//!   already acknowledged when the write was sent.
+//!   token is lower than one it had already acknowledged when the write was sent. Which kinds'
+//!   tokens are checked is `modes.rs`'s call: Redisson's `RLock` for exclusion only, its
+//!   read-write lock's counter as rising while Redis keeps its data.
 //! * **Semaphore**: at most N (2) believed holders at once.
+//! * **Transient replies**: an acquire that may wait does not fail with LOADING, TRYAGAIN,
+//!   ASK or MOVED before its wait is over, and a release does not fail with one (the lock
+//!   would stay held until its lease ran out).
+//! * **Bounded waits**: an acquire answers, granted or not, within its wait plus 3.5 s (the
+//!   last attempt's response timeout, a synced WAIT, slack), unless its process was stopped.
 //! * **Liveness**: every client is granted something within 8 s of the last fault healing.
-//! * **Nothing stranded**: once every client exited cleanly, a SCAN of every node that takes
-//!   writes finds no key under `dlock:` but fencing counters (kept on purpose, so tokens keep
-//!   rising) and release latches, after 3 s for short-lived markers to expire.
+//! * **Clean exit**: every client, told to stop, exits with success within 40 s.
+//! * **Keys left**, by kind (the key with its lock name and ids taken out): no key without an
+//!   expiry, ever; and once every client exited cleanly, nothing but fencing counters and
+//!   release latches (which expire on their own), after 3 s for short-lived markers to expire.
 //! * **Data loss**: a fault that can lose acknowledged writes opens a window from its start to
 //!   5 s after its end (a hold from before it learns at its next renewal, a third of a lease
 //!   of at most 4 s, or when its hard lease of at most 3 s ends). An overlap (or a semaphore
@@ -70,15 +92,24 @@
 //!   over (seen as the sentinels' primary or the cluster's masters changing within 8 s of its
 //!   end), which ends when the deployment has settled (no down or failover flag, every
 //!   replica answering ROLE as one). A cluster's `CLUSTER FAILOVER` is coordinated (the master
-//!   stops writes until the replica caught up) and is *not* a data-loss fault. Token order is
-//!   checked inside these windows too: dlock promises tokens rise across data loss.
+//!   stops writes until the replica caught up) and is *not* a data-loss fault, nor is
+//!   `kill_inflight` (the AOF is fsynced before each reply) or `migrate`. Token order is
+//!   checked inside these windows too: dlock promises tokens rise across data loss (a plain
+//!   counter's, Redisson's, going back there is counted apart).
+//!
+//! `summary.txt` ends with a `row:` line: faults by kind, violations, explained by data loss,
+//! worst unavailability and keys left, as the README's table gives them.
 
 mod checker;
 mod client;
 mod deploy;
 mod history;
+mod keys_left;
+mod migrate;
+mod modes;
 mod nemesis;
 mod proxy;
+mod restarts;
 mod rng;
 mod runner;
 mod summary;
@@ -87,6 +118,7 @@ mod summary;
 #[path = "../../tests/common/proxy.rs"]
 mod tcp_proxy;
 mod timeline;
+mod waits;
 
 use std::process::ExitCode;
 
@@ -123,6 +155,14 @@ pub(crate) struct RunArgs {
     /// Client processes.
     #[arg(long, default_value_t = 5)]
     pub(crate) clients: usize,
+    /// Keys the single server holds besides the locks, so each restart answers LOADING for
+    /// seconds (~0.2 ms a key); 0 for restarts that load at once.
+    #[arg(long, default_value_t = 15_000)]
+    pub(crate) filler_keys: usize,
+    /// Only these fault kinds (comma-separated, e.g. `migrate` or `restart_loading,kill_inflight`),
+    /// to dwell on one class; default: every fault of the topology.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) faults: Vec<String>,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,6 +178,8 @@ pub(crate) enum Kind {
     Fair,
     Rw,
     Semaphore,
+    /// Redisson's `RLock` and `RReadWriteLock`.
+    Redisson,
     Mix,
 }
 
@@ -158,6 +200,7 @@ impl Kind {
             Kind::Fair => "fair",
             Kind::Rw => "rw",
             Kind::Semaphore => "semaphore",
+            Kind::Redisson => "redisson",
             Kind::Mix => "mix",
         }
     }
@@ -170,6 +213,10 @@ fn main() -> ExitCode {
         None => {
             if cli.run.clients == 0 || cli.run.minutes <= 0.0 {
                 eprintln!("chaos: --clients and --minutes must be positive");
+                return ExitCode::from(2);
+            }
+            if let Err(e) = nemesis::menu_of(cli.run.topology, &cli.run.faults) {
+                eprintln!("chaos: {e}");
                 return ExitCode::from(2);
             }
             match runner::run(cli.run) {

@@ -15,7 +15,7 @@ use crate::history::{Ev, Recorder};
 use crate::proxy::Proxies;
 use crate::rng::Rng;
 use crate::runner::Clients;
-use crate::Topology;
+use crate::{migrate, restarts, Topology};
 
 /// How long the nemesis waits for a failover to show after a pause or sleep of a primary
 /// (sentinels: 1 s to judge it down, then an election; cluster: 2 s node timeout).
@@ -33,6 +33,12 @@ pub struct Nemesis<'a> {
     pub rng: Rng,
     /// Run time (ns) after which no fault starts.
     pub until: u64,
+    /// Filler keys the single server holds (written again after a restart without them).
+    pub filler: usize,
+    /// The lock names the clients take (a migration moves the slot of one of them).
+    pub locks: Vec<&'static str>,
+    /// The fault kinds to draw from (empty: all of the topology's).
+    pub only: Vec<String>,
     next_id: u64,
 }
 
@@ -45,13 +51,25 @@ fn menu(topology: Topology) -> &'static [(&'static str, u64)] {
             ("freeze", 10),
             ("delay", 6),
             ("cut", 8),
-            ("restart_aof", 6),
+            ("restart_loading", 6),
             ("restart_empty", 4),
+            ("kill_inflight", 5),
             ("client_kill", 8),
             ("script_flush", 6),
             ("debug_sleep", 6),
         ],
-        Topology::Sentinel | Topology::Cluster => &[
+        Topology::Cluster => &[
+            ("pause", 10),
+            ("kill", 8),
+            ("client_kill", 8),
+            ("script_flush", 6),
+            ("debug_sleep", 8),
+            ("failover", 8),
+            ("pause_master", 6),
+            ("kill_master", 3),
+            ("migrate", 10),
+        ],
+        Topology::Sentinel => &[
             ("pause", 10),
             ("kill", 8),
             ("client_kill", 8),
@@ -62,6 +80,24 @@ fn menu(topology: Topology) -> &'static [(&'static str, u64)] {
             ("kill_master", 3),
         ],
     }
+}
+
+/// The topology's menu, narrowed to `only` when given; an error names a kind it lacks.
+pub fn menu_of(topology: Topology, only: &[String]) -> Result<Vec<(&'static str, u64)>, String> {
+    let all = menu(topology);
+    if let Some(unknown) = only.iter().find(|k| !all.iter().any(|(n, _)| n == k)) {
+        let names: Vec<&str> = all.iter().map(|(n, _)| *n).collect();
+        return Err(format!(
+            "no fault {unknown:?} on {}: one of {}",
+            topology.name(),
+            names.join(", ")
+        ));
+    }
+    Ok(all
+        .iter()
+        .filter(|(n, _)| only.is_empty() || only.iter().any(|k| k == n))
+        .copied()
+        .collect())
 }
 
 impl<'a> Nemesis<'a> {
@@ -82,13 +118,18 @@ impl<'a> Nemesis<'a> {
             rec,
             rng,
             until,
+            filler: 0,
+            locks: Vec::new(),
+            only: Vec::new(),
             next_id: 0,
         }
     }
 
     /// Runs faults until the fault phase ends.
     pub fn run(&mut self) {
-        let menu = menu(self.topology);
+        let Ok(menu) = menu_of(self.topology, &self.only) else {
+            return;
+        };
         let total: u64 = menu.iter().map(|(_, w)| w).sum();
         loop {
             let gap = Duration::from_millis(self.rng.range(300, 2_500));
@@ -112,11 +153,19 @@ impl<'a> Nemesis<'a> {
             let master = self.rng.range(0, 2) as usize;
             let length = Duration::from_millis(self.rng.range(300, 4_000));
             let variant = self.rng.chance(50);
+            let pick = self.rng.next() as usize;
             if self.rec.now() + gap.as_nanos() as u64 >= self.until {
                 break;
             }
             sleep(gap);
-            self.fault(kind, client, master, length, variant);
+            let how = How {
+                client,
+                master,
+                length,
+                variant,
+                pick,
+            };
+            self.fault(kind, how);
         }
     }
 
@@ -146,9 +195,20 @@ impl<'a> Nemesis<'a> {
         self.rec.record(&event);
     }
 
-    fn fault(&mut self, kind: &str, client: usize, master: usize, length: Duration, variant: bool) {
+    fn fault(&mut self, kind: &str, how: How) {
+        let How {
+            client,
+            master,
+            length,
+            variant,
+            pick,
+        } = how;
+        let lock = self.locks.get(pick % self.locks.len().max(1)).copied();
         let target = match kind {
             "pause" | "kill" | "freeze" | "delay" | "cut" => format!("c{client}"),
+            // Not `c<n>` alone: the server goes down too (the band spans every lane).
+            "kill_inflight" => format!("c{client}, {}", self.master_target(0)),
+            "migrate" => format!("slot of {}", lock.unwrap_or("?")),
             _ => self.master_target(master),
         };
         let id = self.start(kind, target);
@@ -156,7 +216,9 @@ impl<'a> Nemesis<'a> {
             "pause" => self.pause_client(client, length),
             "kill" => self.kill_client(client, length),
             "freeze" | "delay" | "cut" => self.partition(kind, client, length),
-            "restart_aof" | "restart_empty" => self.restart(kind == "restart_empty", length),
+            "restart_loading" | "restart_empty" => self.restart(kind == "restart_empty", length),
+            "kill_inflight" => self.kill_inflight(client, length),
+            "migrate" => self.migrate(lock.unwrap_or("plain:0"), master, length),
             "client_kill" => self.on_master(master, |port| {
                 let kind = if variant { "normal" } else { "pubsub" };
                 deploy::call(
@@ -243,21 +305,34 @@ impl<'a> Nemesis<'a> {
         Ok((None, false))
     }
 
-    /// Restarts the single server: with its AOF (nothing acknowledged is lost), or after
-    /// deleting it (everything is: a data-loss fault).
+    /// Restarts the single server: with its AOF (nothing acknowledged is lost; it loads for
+    /// seconds), or after deleting it (everything is: a data-loss fault).
     fn restart(&mut self, empty: bool, length: Duration) -> Outcome {
-        let Deployment::Single(server) = &mut *self.deployment else {
+        let Deployment::Single(server, _) = &mut *self.deployment else {
             return Err("restart is for the single server".into());
         };
-        server.kill();
-        if empty {
-            let _ = std::fs::remove_dir_all(server.dir().join("appendonlydir"));
-            let _ = std::fs::remove_file(server.dir().join("appendonly.aof"));
-            let _ = std::fs::remove_file(server.dir().join("dump.rdb"));
-        }
-        sleep(length.min(Duration::from_secs(1)));
-        server.restart().map_err(|e| e.to_string())?;
+        restarts::restart(server, self.rec, empty, length, self.filler)?;
         Ok((None, empty))
+    }
+
+    /// A kill while one client's grant replies are in flight, then a restart from the AOF.
+    fn kill_inflight(&mut self, client: usize, length: Duration) -> Outcome {
+        let proxies = self.proxies.ok_or("no proxies in this topology")?;
+        let Deployment::Single(server, _) = &mut *self.deployment else {
+            return Err("kill_inflight is for the single server".into());
+        };
+        restarts::kill_inflight(server, proxies, self.rec, client, length / 2)?;
+        Ok((None, false))
+    }
+
+    /// A slot of a lock in use migrated to another master and back, key by key.
+    fn migrate(&mut self, lock: &str, master: usize, length: Duration) -> Outcome {
+        let Deployment::Cluster(cluster) = &*self.deployment else {
+            return Err("migrate is for the cluster".into());
+        };
+        let done = migrate::there_and_back(cluster, lock, master, length / 4)?;
+        self.rec.record(&self.rec.event(Ev::Note).detail(done));
+        Ok((None, false))
     }
 
     fn on_master(
@@ -291,7 +366,7 @@ impl<'a> Nemesis<'a> {
             rustix::process::kill_process(pid, Signal::CONT).map_err(|e| e.to_string())?;
         }
         let woke = self.rec.now();
-        if matches!(self.deployment, Deployment::Single(_)) {
+        if matches!(self.deployment, Deployment::Single(..)) {
             return Ok((None, false));
         }
         let shows = Instant::now();
@@ -306,7 +381,7 @@ impl<'a> Nemesis<'a> {
 
     fn pid_of(&self, port: u16) -> Option<u32> {
         match &*self.deployment {
-            Deployment::Single(s) => s.pid(),
+            Deployment::Single(s, _) => s.pid(),
             Deployment::Sentinel(s) => s.master_pid().ok(),
             Deployment::Cluster(c) => c.server(port).and_then(|s| s.pid()),
         }
@@ -356,7 +431,7 @@ impl<'a> Nemesis<'a> {
                 c.failover(master).map_err(|e| e.to_string())?;
                 Ok((Some(self.settle()), false))
             }
-            Deployment::Single(_) => Err("no failover on a single server".into()),
+            Deployment::Single(..) => Err("no failover on a single server".into()),
         }
     }
 
@@ -369,7 +444,7 @@ impl<'a> Nemesis<'a> {
                 .kill_master(master)
                 .map(|_| ())
                 .map_err(|e| e.to_string())?,
-            Deployment::Single(_) => return Err("no replica on a single server".into()),
+            Deployment::Single(..) => return Err("no promotable replica on a single server".into()),
         }
         Ok((Some(self.settle()), true))
     }
@@ -377,3 +452,13 @@ impl<'a> Nemesis<'a> {
 
 /// A fault's end time when it is not "now" (a failover's settling), and whether it lost data.
 type Outcome = Result<(Option<u64>, bool), String>;
+
+/// The draws that shape one fault: whom it hits, how long, which variant, and a free pick
+/// (a migration's lock).
+struct How {
+    client: usize,
+    master: usize,
+    length: Duration,
+    variant: bool,
+    pick: usize,
+}

@@ -10,12 +10,13 @@ use dlock::testing::RedisServer;
 use rustix::process::{Pid, Signal};
 
 use crate::checker::{self, Config};
-use crate::deploy::{self, Deployment};
+use crate::deploy::Deployment;
 use crate::history::{self, mono_ns, Ev, Recorder, NEMESIS};
+use crate::keys_left::{self, Ending};
 use crate::nemesis::Nemesis;
 use crate::proxy::Proxies;
 use crate::rng::Rng;
-use crate::{summary, timeline, RunArgs};
+use crate::{modes, summary, timeline, RunArgs, Topology};
 
 /// After the faults, the clients run on this long before they are told to stop: the
 /// liveness bound plus room to see it met.
@@ -24,9 +25,29 @@ const TAIL: Duration = Duration::from_secs(10);
 pub const LIVENESS: Duration = Duration::from_secs(8);
 /// How long a told-to-stop client may take to finish its operation and shut down.
 const EXIT_BOUND: Duration = Duration::from_secs(40);
-/// Short-lived keys (a waiting writer's marker, release latches) are given this long to expire
-/// before what is left counts as stranded.
-const STRANDED_SETTLE: Duration = Duration::from_secs(3);
+
+/// How one client process runs, drawn from the seed: its runtime flavour, and whether its
+/// locks wait for a replica (only where the deployment has one). Every second client runs on
+/// a current-thread runtime and every third is synced, from seeded starts, so a run of three
+/// clients or more has both of each.
+#[derive(Debug, Clone, Copy)]
+pub struct Flavour {
+    pub current_thread: bool,
+    pub synced: bool,
+}
+
+pub fn flavours(seed: u64, clients: usize, topology: Topology) -> Vec<Flavour> {
+    let mut rng = Rng::derive(seed, 0xF1A7);
+    let threads = rng.range(0, 1) as usize;
+    let synced = rng.range(0, 2) as usize;
+    let replica = matches!(topology, Topology::Single | Topology::Sentinel);
+    (0..clients)
+        .map(|id| Flavour {
+            current_thread: (id + threads).is_multiple_of(2),
+            synced: replica && (id + synced).is_multiple_of(3),
+        })
+        .collect()
+}
 
 /// The client processes; the nemesis stops, kills and restarts them.
 pub struct Clients {
@@ -103,11 +124,12 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     println!("chaos: {title}; results in {}", dir.display());
 
     let register = RedisServer::start()?;
-    let mut deployment = Deployment::start(args.topology)?;
+    let mut deployment = Deployment::start(args.topology, args.filler_keys)?;
     let proxies = match &deployment {
-        Deployment::Single(s) => Some(Proxies::start(args.clients, s.port())),
+        Deployment::Single(s, _) => Some(Proxies::start(args.clients, s.port())),
         _ => None,
     };
+    let flavours = flavours(args.seed, args.clients, args.topology);
     let duration = Duration::from_secs_f64(args.minutes * 60.0);
     let spawn = {
         let exe = std::env::current_exe()?;
@@ -123,10 +145,19 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         // A hard stop for clients that never see their stdin close.
         let until = rec.now() + (duration + TAIL + Duration::from_secs(120)).as_nanos() as u64;
         let (kind, topology, seed) = (args.kind, args.topology, args.seed);
+        let flavours = flavours.clone();
         move |id: usize, incarnation: u64| -> io::Result<Child> {
             let log = std::fs::File::create(parts.join(format!("c{id}.{incarnation}.stderr")))?;
+            let mut flags = Vec::new();
+            if flavours[id].current_thread {
+                flags.push("--current-thread");
+            }
+            if flavours[id].synced {
+                flags.push("--synced");
+            }
             Command::new(&exe)
                 .arg("client")
+                .args(flags)
                 .args(["--id", &id.to_string()])
                 .args(["--incarnation", &incarnation.to_string()])
                 .args(["--origin", &origin.to_string()])
@@ -157,7 +188,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     // Faults run until the duration less the tail (at least half of it), then the clients
     // run on fault-free for the tail.
     let faults_until = duration.saturating_sub(TAIL).max(duration / 2);
-    Nemesis::new(
+    let mut nemesis = Nemesis::new(
         args.topology,
         &mut deployment,
         proxies.as_ref(),
@@ -165,14 +196,17 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         &rec,
         Rng::derive(args.seed, 0xFA17),
         faults_until.as_nanos() as u64,
-    )
-    .run();
+    );
+    nemesis.filler = args.filler_keys;
+    nemesis.locks = modes::locks_of(args.kind);
+    nemesis.only = args.faults.clone();
+    nemesis.run();
     std::thread::sleep(TAIL.max(duration.saturating_sub(Duration::from_nanos(rec.now()))));
     rec.record(&rec.event(Ev::Note).detail("stop"));
     let mut clients = clients.into_inner().unwrap_or_else(|e| e.into_inner());
     clients.stop_all();
     let mut notes = Vec::new();
-    let mut clean = true;
+    let mut unclean = Vec::new();
     let deadline = Instant::now() + EXIT_BOUND;
     for (id, (child, _)) in clients.procs.iter_mut().enumerate() {
         let status = loop {
@@ -187,17 +221,28 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             std::thread::sleep(Duration::from_millis(50));
         };
         if !status.is_some_and(|s| s.success()) {
-            clean = false;
-            notes.push(format!(
-                "c{id} did not exit cleanly: {status:?} (see parts/c{id}.*.stderr)"
+            let f = flavours[id];
+            unclean.push(format!(
+                "c{id} ({}, {}) did not exit cleanly: {} (see parts/c{id}.*.stderr)",
+                if f.current_thread {
+                    "current-thread"
+                } else {
+                    "multi-thread"
+                },
+                if f.synced { "synced" } else { "unsynced" },
+                status.map_or_else(
+                    || format!("still running {EXIT_BOUND:?} after being told to stop, killed"),
+                    |s| s.to_string()
+                )
             ));
         }
     }
-    let leftover = if clean {
-        Some(leftover_keys(&deployment, &mut notes))
-    } else {
+    if !unclean.is_empty() {
         notes.push("nothing-stranded not checked: not every client exited cleanly".into());
-        None
+    }
+    let ending = Ending {
+        keys: keys_left::scan(&deployment, unclean.is_empty(), &mut notes),
+        unclean,
     };
 
     let events = history::read_dir(&parts)?;
@@ -207,8 +252,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         liveness_ns: LIVENESS.as_nanos() as u64,
         loss_grace_ns: 5_000_000_000,
     };
-    let report = checker::check(&events, leftover.as_deref(), &cfg);
-    let text = summary::render(&title, &events, &report, &cfg, &notes);
+    let report = checker::check(&events, &ending, &cfg);
+    let text = summary::render(&title, &events, &report, &ending, &cfg, &notes);
     std::fs::write(dir.join("summary.txt"), &text)?;
     std::fs::write(
         dir.join("timeline.svg"),
@@ -222,39 +267,4 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     } else {
         ExitCode::FAILURE
     })
-}
-
-/// Keys under the prefix on every node that takes writes, after the short-lived ones had
-/// time to expire, with their type and TTL.
-fn leftover_keys(deployment: &Deployment, notes: &mut Vec<String>) -> Vec<String> {
-    let scan = |notes: &mut Vec<String>| -> Vec<(u16, String)> {
-        let ports = deployment.masters().unwrap_or_default();
-        let mut keys = Vec::new();
-        for port in ports {
-            match deploy::scan(port, "dlock:*") {
-                Ok(found) => keys.extend(found.into_iter().map(|k| (port, k))),
-                Err(e) => notes.push(format!("SCAN of {port} failed: {e}")),
-            }
-        }
-        keys
-    };
-    let first = scan(notes);
-    let candidates = checker::stranded(&first.iter().map(|(_, k)| k.clone()).collect::<Vec<_>>());
-    if candidates.is_empty() {
-        return Vec::new();
-    }
-    std::thread::sleep(STRANDED_SETTLE);
-    scan(notes)
-        .into_iter()
-        .map(|(port, key)| {
-            let ty = deploy::call(port, &["TYPE", &key], Duration::from_secs(2)).map(deploy::text);
-            let ttl = deploy::call(port, &["PTTL", &key], Duration::from_secs(2)).map(deploy::text);
-            // `checker::stranded` reads the key name up to the first space.
-            format!(
-                "{key} ({}, pttl {} ms, on port {port})",
-                ty.unwrap_or_default(),
-                ttl.unwrap_or_default()
-            )
-        })
-        .collect()
 }

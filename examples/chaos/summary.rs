@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::checker::{secs, Config, Report, Violation};
-use crate::history::{Ev, Event};
+use crate::history::{Ev, Event, NEMESIS};
+use crate::keys_left::{self, Ending};
 
 /// How many offending events each violation kind lists in full.
 const LISTED: usize = 20;
@@ -13,6 +14,7 @@ pub fn render(
     title: &str,
     events: &[Event],
     report: &Report,
+    ending: &Ending,
     cfg: &Config,
     notes: &[String],
 ) -> String {
@@ -44,6 +46,31 @@ pub fn render(
     let _ = writeln!(out, "release replies: {}", tally(Ev::Released));
     let _ = writeln!(out, "fenced writes: {}", tally(Ev::Fence));
     let _ = writeln!(out, "re-entries: {}", tally(Ev::Reenter));
+    // Each client's runtime and sync, as its first start says.
+    let mut flavours: BTreeMap<i32, String> = BTreeMap::new();
+    for e in events.iter().filter(|e| e.ev == Ev::Start) {
+        let how = e.detail.as_deref().unwrap_or_default();
+        let how = how.split_once(", ").map_or(how, |(_, rest)| rest);
+        flavours.entry(e.p).or_insert_with(|| how.to_owned());
+    }
+    let _ = writeln!(
+        out,
+        "clients: {}",
+        flavours
+            .iter()
+            .map(|(p, how)| format!("c{p} {how}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    let loads: Vec<String> = events
+        .iter()
+        .filter(|e| e.p == NEMESIS && e.ev == Ev::Note)
+        .filter_map(|e| e.detail.as_deref()?.split_once("loaded for "))
+        .map(|(_, took)| took.to_owned())
+        .collect();
+    if !loads.is_empty() {
+        let _ = writeln!(out, "restarts answered again after: {}", loads.join(", "));
+    }
 
     let _ = writeln!(
         out,
@@ -60,7 +87,7 @@ pub fn render(
     for (kind, (n, failed, loss, total)) in &by_kind {
         let _ = writeln!(
             out,
-            "  {kind:<14} {n:>4} {failed:>4} {loss:>4} {:>8.1}s",
+            "  {kind:<16} {n:>4} {failed:>4} {loss:>4} {:>8.1}s",
             secs(*total)
         );
     }
@@ -96,6 +123,25 @@ pub fn render(
             secs(b)
         );
     }
+    for w in &report.free_waits {
+        let _ = writeln!(
+            out,
+            "  waited on a lock nobody else held: {:.3}s of c{} op {} {} {} ({:.3}-{:.3}s, {}{})",
+            secs(w.free),
+            w.p,
+            w.op,
+            w.mode,
+            w.lock,
+            secs(w.from),
+            secs(w.to),
+            w.outcome,
+            if w.faults.is_empty() {
+                String::new()
+            } else {
+                format!(", during {}", w.faults.join(", "))
+            }
+        );
+    }
     match report.last_heal {
         Some(heal) => {
             let _ = writeln!(
@@ -115,12 +161,47 @@ pub fn render(
             let _ = writeln!(out, "  liveness: no fault ran");
         }
     }
+    let kinds = keys_left::by_kind(&ending.keys);
+    let endless: usize = kinds.values().map(|k| k.1).sum();
+    let _ = writeln!(
+        out,
+        "\nkeys left at the end, by kind (keys, without expiry, longest pttl): {} keys, {endless} without expiry",
+        ending.keys.len()
+    );
+    for (kind, (n, none, pttl)) in &kinds {
+        let pttl = if *pttl > 0 {
+            format!("{pttl} ms")
+        } else {
+            "-".to_owned()
+        };
+        let _ = writeln!(out, "  {kind:<44} {n:>5} {none:>5} {pttl:>12}");
+    }
     if !notes.is_empty() {
         let _ = writeln!(out, "\nnotes:");
         for n in notes {
             let _ = writeln!(out, "  {n}");
         }
     }
+    // One line with what the README's table gives per run.
+    let mut faults: BTreeMap<&str, usize> = BTreeMap::new();
+    for f in &report.faults {
+        *faults.entry(f.kind.as_str()).or_default() += 1;
+    }
+    let _ = writeln!(
+        out,
+        "\nrow: faults {} ({}); violations {}; explained by data loss {}; worst unavailability {:.1}s after a fault heals, {:.1}s without any grant; keys left {} ({endless} without expiry)",
+        report.faults.len(),
+        faults
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        report.violations.len(),
+        report.explained.len(),
+        report.worst_recovery.map_or(0.0, |(w, _)| secs(w)),
+        report.longest_gap.map_or(0.0, |(a, b)| secs(b - a)),
+        ending.keys.len()
+    );
     out
 }
 

@@ -170,6 +170,8 @@ fn fault_colour(kind: &str) -> &'static str {
         "pause" | "kill" => "#9b9b9b",
         "freeze" | "delay" | "cut" => "#7fb3d5",
         "failover" | "kill_master" | "pause_master" | "debug_sleep" => "#c39bd3",
+        "migrate" => "#f7dc6f",
+        "restart_loading" | "kill_inflight" => "#e59866",
         _ => "#a9dfbf",
     }
 }

@@ -1,5 +1,6 @@
 //! The checker on hand-made histories: each violation kind flagged, clean ones accepted.
 use super::*;
+use crate::keys_left::{pattern, KeyLeft};
 
 const S: u64 = 1_000_000_000;
 
@@ -58,7 +59,7 @@ fn fault(id: u64, kind: &str, target: &str, from_ms: u64, to_ms: u64, loss: bool
 fn run(parts: Vec<Vec<Event>>) -> Report {
     let mut events: Vec<Event> = parts.into_iter().flatten().collect();
     events.sort_by_key(|e| (e.t, e.p));
-    check(&events, Some(&[]), &cfg())
+    check(&events, &Ending::default(), &cfg())
 }
 
 fn properties(r: &Report) -> Vec<&'static str> {
@@ -235,20 +236,128 @@ fn flags_more_semaphore_holders_than_permits() {
     assert_eq!(properties(&r), ["semaphore"]);
 }
 
+fn key(key: &str, pttl: i64) -> KeyLeft {
+    KeyLeft {
+        key: key.to_owned(),
+        ty: "string".to_owned(),
+        pttl,
+        port: 1,
+    }
+}
+
 #[test]
-fn flags_a_stranded_key_and_ignores_counters_and_latches() {
-    let keys = [
-        "dlock:{plain%3A0}".to_owned(),
-        "dlock:{plain%3A1}:fence".to_owned(),
-        "dlock:{plain%3A1}:latch:abc".to_owned(),
-        "dlock:{fair%3A0}:fair:queue".to_owned(),
+fn flags_stranded_keys_and_keys_without_expiry_by_kind() {
+    let keys = vec![
+        key("dlock:{plain%3A0}", 900),
+        key("dlock:{plain%3A1}:fence", 86_000_000),
+        key("dlock:{plain%3A1}:latch:9f3c01", 4_000),
+        key("dlock:{fair%3A0}:fair:queue", 700),
+        key("redisson_lock_token:{rlock:0}", -1),
+        key("redisson_lock_token:{rlock:1}", -1),
+        key("redisson_unlock_latch:{rlock:0}:77ab", 3_000),
     ];
-    let v = stranded(&keys);
-    assert_eq!(v.len(), 2);
-    assert!(v[0].text.contains("dlock:{plain%3A0}"));
     let events = hold(0, 1, "plain:0", "plain", 10, 100, 1024);
-    let r = check(&events, Some(&keys), &cfg());
-    assert_eq!(properties(&r), ["nothing stranded", "nothing stranded"]);
+    let ending = Ending {
+        keys,
+        unclean: Vec::new(),
+    };
+    let r = check(&events, &ending, &cfg());
+    assert_eq!(
+        properties(&r),
+        [
+            "keys without expiry",
+            "nothing stranded",
+            "nothing stranded"
+        ]
+    );
+    assert!(
+        r.violations[0]
+            .text
+            .starts_with("redisson_lock_token:{*}: 2 key(s)"),
+        "{}",
+        r.violations[0].text
+    );
+    // After an unclean exit a lease may still be live; a key that never expires is still one.
+    let ending = Ending {
+        keys: ending.keys,
+        unclean: vec!["c1 did not exit".into()],
+    };
+    let r = check(&events, &ending, &cfg());
+    assert_eq!(properties(&r), ["keys without expiry", "clean exit"]);
+}
+
+#[test]
+fn names_a_keys_kind_without_its_lock_name_or_ids() {
+    assert_eq!(pattern("dlock:{plain%3A0}:latch:9f3c"), "dlock:{*}:latch:#");
+    assert_eq!(pattern("dlock:{rw%3A0}:rw:readers"), "dlock:{*}:rw:readers");
+    assert_eq!(pattern("rlock:0"), "rlock:#");
+    assert_eq!(
+        pattern("{rrw:0}:1b4e28ba-2fa1-41d2-883f-0016d3cca427:7:rwlock_timeout:1"),
+        "{*}:#:#:rwlock_timeout:#"
+    );
+}
+
+#[test]
+fn flags_a_waiter_or_release_giving_up_on_a_transient_reply() {
+    let ms = 1_000_000;
+    let mut invoke = ev(100 * ms, 0, Ev::Invoke, 1, "plain:0", "plain");
+    invoke.wait = Some(3_000);
+    let fail = |t: u64, code: &str| {
+        ev(t * ms, 0, Ev::Fail, 1, "plain:0", "plain").detail(format!("redis {code}"))
+    };
+    let r = run(vec![vec![invoke.clone(), fail(600, "LOADING")]]);
+    assert_eq!(properties(&r), ["waiters ride out transient replies"]);
+    // After its wait, or with no wait, or another error: the caller's answer.
+    let r = run(vec![vec![invoke.clone(), fail(3_200, "LOADING")]]);
+    assert!(r.is_clean(), "{:#?}", r.violations);
+    let r = run(vec![vec![invoke.clone(), fail(600, "WRONGTYPE")]]);
+    assert!(r.is_clean(), "{:#?}", r.violations);
+    invoke.wait = Some(0);
+    let r = run(vec![vec![invoke, fail(101, "TRYAGAIN")]]);
+    assert!(r.is_clean(), "{:#?}", r.violations);
+    let mut h = hold(0, 2, "plain:0", "plain", 10, 100, 1024);
+    h[3].detail = Some("redis LOADING".into());
+    let r = run(vec![h]);
+    assert_eq!(properties(&r), ["releases ride out transient replies"]);
+}
+
+#[test]
+fn checks_redisson_kinds_by_what_they_promise() {
+    // RLock: exclusion, no token order.
+    let r = run(vec![
+        hold(0, 1, "rlock:0", "rlock", 10, 100, 9),
+        hold(1, 1, "rlock:0", "rlock", 110, 200, 3),
+    ]);
+    assert!(r.is_clean(), "{:#?}", r.violations);
+    let r = run(vec![
+        hold(0, 1, "rlock:0", "rlock", 10, 100, 1),
+        hold(1, 1, "rlock:0", "rlock", 90, 200, 2),
+    ]);
+    assert_eq!(properties(&r), ["mutual exclusion"]);
+    // RReadWriteLock: readers side by side, tokens rising; a counter lost with the data may
+    // start again (explained), not otherwise.
+    let r = run(vec![
+        hold(0, 1, "rrw:0", "rread", 10, 100, 5),
+        hold(1, 1, "rrw:0", "rread", 20, 100, 6),
+        hold(2, 1, "rrw:0", "rwrite", 110, 200, 4),
+    ]);
+    assert_eq!(properties(&r), ["fencing"]);
+    let r = run(vec![
+        hold(0, 1, "rrw:0", "rwrite", 10, 100, 5),
+        fault(1, "restart_empty", "port 1", 120, 150, true),
+        hold(1, 1, "rrw:0", "rwrite", 160, 200, 1),
+        hold(2, 1, "rrw:0", "rwrite", 210, 300, 2),
+    ]);
+    assert!(r.is_clean(), "{:#?}", r.violations);
+    assert_eq!(r.explained.len(), 1, "{:#?}", r.explained);
+    // Once the window closed, the new counter must rise again.
+    let r = run(vec![
+        hold(0, 1, "rrw:0", "rwrite", 10, 100, 5),
+        fault(1, "restart_empty", "port 1", 120, 150, true),
+        hold(1, 1, "rrw:0", "rwrite", 160, 200, 2),
+        hold(2, 1, "rrw:0", "rwrite", 6_000, 6_100, 1),
+    ]);
+    assert_eq!(properties(&r), ["fencing"]);
 }
 
 #[test]
@@ -267,4 +376,39 @@ fn flags_a_client_not_granted_after_the_last_fault() {
     assert_eq!(properties(&r), ["liveness"]);
     assert!(r.violations[0].text.contains("c1"));
     assert_eq!(r.liveness[&0], Some(100_000_000));
+}
+
+#[test]
+fn measures_how_long_an_acquire_waited_on_a_lock_nobody_held() {
+    let ms = 1_000_000;
+    let mut waiter = hold(1, 1, "plain:0", "plain", 400, 500, 2048);
+    waiter[0].t = 50 * ms;
+    let r = run(vec![hold(0, 1, "plain:0", "plain", 10, 100, 1024), waiter]);
+    let w = &r.free_waits[0];
+    assert_eq!((w.p, w.free), (1, 300 * ms), "{w:?}");
+    assert!(w.faults.is_empty());
+    // A read waits on nothing that another read holds.
+    let mut reader = hold(1, 1, "rw:0", "read", 400, 500, 2048);
+    reader[0].t = 50 * ms;
+    let r = run(vec![hold(0, 1, "rw:0", "read", 10, 450, 1024), reader]);
+    assert_eq!(r.free_waits[0].free, 350 * ms);
+}
+
+#[test]
+fn flags_an_acquire_answering_long_after_its_wait() {
+    let ms = 1_000_000;
+    let mut invoke = ev(100 * ms, 0, Ev::Invoke, 1, "rw:0", "write");
+    invoke.wait = Some(1_000);
+    let fail = ev(6_000 * ms, 0, Ev::Fail, 1, "rw:0", "write").detail("redis");
+    let r = run(vec![vec![invoke.clone(), fail.clone()]]);
+    assert_eq!(properties(&r), ["acquires answer within their wait"]);
+    // Not when its process was stopped meanwhile, nor within the slack.
+    let r = run(vec![
+        vec![invoke.clone(), fail],
+        fault(1, "pause", "c0", 2_000, 5_000, false),
+    ]);
+    assert!(r.is_clean(), "{:#?}", r.violations);
+    let ok = ev(4_500 * ms, 0, Ev::Ok, 1, "rw:0", "write").token(Some(9));
+    let r = run(vec![vec![invoke, ok]]);
+    assert!(r.is_clean(), "{:#?}", r.violations);
 }
