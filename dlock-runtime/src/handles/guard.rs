@@ -157,12 +157,13 @@ impl LockGuard {
     /// Cancel-safe: if this future is dropped half-way (a caller's timeout), the release is
     /// finished in the background with the same request id, so it is applied exactly once.
     ///
-    /// Passing faults (a broken link, a Redis restarting or still `LOADING` its data, a slot
-    /// being migrated: `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`) are retried with a backoff
-    /// (50 ms doubling to 1 s) for up to the client's response timeout; if Redis still has not
-    /// answered, this returns that error and the release goes on in the background, with the
-    /// same request id, until Redis answers or the lease has ended. A dropped guard's and a
-    /// written release's background release do the same.
+    /// Passing faults are retried with a backoff (50 ms doubling to 1 s): a server that
+    /// answers "not now" (still `LOADING` its data after a restart, a slot being migrated:
+    /// `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`) until it takes the release or the lease has
+    /// ended; a broken link (Redis down or restarting) for up to the client's response
+    /// timeout, after which this returns that error and the release goes on in the
+    /// background, with the same request id, until Redis answers or the lease has ended. A
+    /// dropped guard's and a written release's background release do the same.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.released = true;
         release::release(&self.shared, &self.hold).await

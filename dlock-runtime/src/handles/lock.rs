@@ -423,7 +423,7 @@ impl Lock {
             let attempt = self.attempt(&hold, None, keep_owner);
             let attempt = match tokio::time::timeout_at(bound, attempt).await {
                 Ok(Ok(attempt)) => attempt,
-                Ok(Err(e)) if passes(&e, refused) && Instant::now() + backoff.peek() < deadline => {
+                Ok(Err(e)) if passes(&e, refused) && Instant::now() < deadline => {
                     tracing::debug!(lock = %self.name, error = %e, "dlock: an attempt failed on a passing fault; trying again within the wait");
                     if keep_owner && is_link_error(&e) {
                         // Redis may have granted it, and nobody undoes that now: the next
@@ -432,7 +432,10 @@ impl Lock {
                         unseen_since.get_or_insert(sent_at);
                         give_up.arm_always(&hold);
                     }
-                    tokio::time::sleep(backoff.next_pause()).await;
+                    // The last pause ends with the wait, and its attempt is the last one:
+                    // a fault still there then is the caller's answer, at the wait's end.
+                    let pause = backoff.next_pause();
+                    tokio::time::sleep_until(deadline.min(Instant::now() + pause)).await;
                     continue;
                 }
                 Ok(Err(e)) => {
@@ -926,6 +929,10 @@ fn far_instant(start: Instant, wait: Duration) -> Instant {
         .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
+/// How long an acquire that ends without the lock waits for its give-up release: a healthy
+/// Redis answers in well under a millisecond; a slower answer goes on in the background.
+const GIVE_UP_BOUND: Duration = Duration::from_secs(1);
+
 /// The release an acquire sends when it ends without the lock after a refusal left a trace of
 /// its owner in Redis (see `LockKind::refusal_leaves_a_trace`). Sent from Drop, on the client's
 /// thread, so a timeout, an error and a cancelled future all send it.
@@ -964,13 +971,17 @@ impl GiveUp {
 
     /// Takes the trace back now, so the caller's next step (a reader joining after a writer
     /// gave up) does not race it; errors are logged, the trace expires on its own.
-    /// Bounded by the response timeout (the rest goes on in the background), and cancel-safe:
-    /// the hold is forgotten only once the release ran, so a caller's timeout that drops this
-    /// future mid-way still has Drop send it.
+    /// Waited for at most [`GIVE_UP_BOUND`] (an acquire that ends must not outlast its wait by
+    /// a Redis that is down or still loading); past that, Drop sends it in the background. The
+    /// hold is forgotten only once the release ran, so a caller's timeout that drops this
+    /// future mid-way also leaves it to Drop.
     async fn send(&mut self) {
         if let Some(hold) = self.hold.clone() {
-            crate::machinery::release::release_quietly(&self.shared, &hold).await;
-            self.hold = None;
+            let bound = GIVE_UP_BOUND.min(self.shared.response_timeout);
+            let release = crate::machinery::release::release_quietly(&self.shared, &hold);
+            if tokio::time::timeout(bound, release).await.is_ok() {
+                self.hold = None;
+            }
         }
     }
 }

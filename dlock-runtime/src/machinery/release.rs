@@ -432,7 +432,8 @@ impl Released {
 enum Patience {
     /// Until the lease has surely ended in Redis: nothing is left to release after that.
     Lease,
-    /// A caller awaits it: the response timeout at most (the rest goes on in the background).
+    /// A caller awaits it: a server that does not answer, the response timeout at most (the
+    /// rest goes on in the background).
     Caller,
 }
 
@@ -495,16 +496,16 @@ async fn release_script(
 ) -> Result<Released, LockError> {
     let inner = &shared;
     let latch = format!("{}{latch_id}", hold.keys.latch_prefix);
-    // Both counted from the release's first try (`progress.since`).
-    let horizon = match tries.patience {
-        Patience::Lease => hold.lease.saturating_add(LEASE_SLACK),
+    // Both counted from the release's first try (`progress.since`). A server that answers
+    // "not now" (still loading, a slot in migration) is waited out for as long as the lease
+    // may live, also by a caller: it answers soon, and `release()` returning means the lock is
+    // free. A server that does not answer at all gets the caller's patience, then the
+    // background's.
+    let lease_horizon = hold.lease.saturating_add(LEASE_SLACK);
+    let link_horizon = match tries.patience {
+        Patience::Lease => lease_horizon,
         // The caller waits this long from now.
-        Patience::Caller => {
-            progress.since.elapsed()
-                + inner
-                    .response_timeout
-                    .min(hold.lease.saturating_add(LEASE_SLACK))
-        }
+        Patience::Caller => progress.since.elapsed() + inner.response_timeout.min(lease_horizon),
     };
     let mut backoff = Backoff::new();
     loop {
@@ -533,10 +534,28 @@ async fn release_script(
         let maybe_ran = progress.maybe_ran.load(Ordering::Acquire);
         let elapsed = progress.since.elapsed();
         let latch_remembers = tries.last || !maybe_ran || elapsed < inner.latch_ttl / 2;
-        if retry::is_transient(&e) && latch_remembers && elapsed + backoff.peek() < horizon {
-            tracing::debug!(lock = %hold.name, error = %e, "dlock: retrying release");
-            tokio::time::sleep(backoff.next_pause()).await;
-            continue;
+        let horizon = if retry::is_not_now(&e) {
+            lease_horizon
+        } else {
+            link_horizon
+        };
+        if retry::is_transient(&e) && latch_remembers {
+            if elapsed + backoff.peek() < horizon {
+                tracing::debug!(lock = %hold.name, error = %e, "dlock: retrying release");
+                tokio::time::sleep(backoff.next_pause()).await;
+                continue;
+            }
+            if horizon == lease_horizon {
+                // Redis kept the lock's expiry (absolute, also across a restart from its
+                // data); once the lease is surely over, nothing of this hold is left to
+                // release: the hold ended with its lease, as a lost one does.
+                tokio::time::sleep_until(progress.since + lease_horizon).await;
+                hold.mark_lost("the lease ran out before Redis could take the release");
+                tracing::debug!(lock = %hold.name, error = %e, "dlock: release gave up at the lease's end");
+                return Err(LockError::NotHeld {
+                    name: hold.name.clone(),
+                });
+            }
         }
         return Err(inner.redis_error(&hold.name, &hold.keys.key, "release", e));
     }
