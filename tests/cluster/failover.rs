@@ -565,7 +565,8 @@ async fn waiters_of_a_lock_lost_with_a_killed_master_get_it_soon_after_the_promo
 
 /// The function library is replicated, so a promoted replica answers the first script call at
 /// once (issue 17 item 4). With the script cache it answered NOSCRIPT, then took an EVAL: two
-/// script round trips where one is enough.
+/// script round trips where one is enough. On a server without FUNCTION (Redis 6.2) those two
+/// are what it promises, and no more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_acquire_after_a_promotion_is_one_script_call() {
     let (mut cluster, _turn) = own_cluster().await;
@@ -591,6 +592,6 @@ async fn the_first_acquire_after_a_promotion_is_one_script_call() {
     println!(
         "first acquire after a cluster promotion, script commands on the new master: {sent:?}"
     );
-    common::assert_one_fcall(&sent);
+    common::assert_first_acquire_after_a_promotion(&sent);
     first.release().await.unwrap();
 }

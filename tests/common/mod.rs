@@ -316,3 +316,75 @@ pub fn assert_one_fcall(sent: &std::collections::BTreeMap<&'static str, u64>) {
         "one FCALL and nothing else: {sent:?}"
     );
 }
+
+/// The redis-server the harness starts: Redis or Valkey, its version, what it offers.
+pub fn server_info() -> dlock::testing::ServerInfo {
+    dlock::testing::server_info().expect("redis-server --version")
+}
+
+/// Says that the running test checks `what` not at all on this server, and `why`:
+/// `skipped: <test>: <what> (<why>)`. Written to stderr past libtest's capture, so the line
+/// shows in every run, passing or not.
+pub fn skipped(what: &str, why: &str) {
+    use std::io::Write;
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a test");
+    let _ = writeln!(std::io::stderr(), "skipped: {test}: {what} ({why})");
+}
+
+/// Whether the harness's redis-server has TLS; if not, says that the running test skips
+/// `what`.
+pub fn tls_or_skip(what: &str) -> bool {
+    let tls = dlock::testing::supports_tls().expect("start a TLS redis-server");
+    if !tls {
+        skipped(what, &format!("{} is built without TLS", server_info()));
+    }
+    tls
+}
+
+/// Whether the harness's redis-server has FUNCTION (Redis 7.0+, Valkey); if not, says that the
+/// running test skips `what`.
+pub fn functions_or_skip(what: &str) -> bool {
+    let info = server_info();
+    if !info.has_functions() {
+        skipped(
+            what,
+            &format!("{info} has no FUNCTION: dlock calls EVALSHA there"),
+        );
+    }
+    info.has_functions()
+}
+
+/// Whether the harness's redis-server has sharded pub/sub (Redis 7.0+, Valkey); if not, says
+/// that the running test skips `what`.
+pub fn sharded_pubsub_or_skip(what: &str) -> bool {
+    let info = server_info();
+    if !info.has_sharded_pubsub() {
+        skipped(
+            what,
+            &format!("{info} has no sharded pub/sub: PUBLISH and SUBSCRIBE there"),
+        );
+    }
+    info.has_sharded_pubsub()
+}
+
+/// The script commands of the first acquire after a promotion, as the server promises them:
+/// with FUNCTION one FCALL (the library is replicated with the data); without it (Redis 6.2)
+/// one EVALSHA, and at most one EVAL after its NOSCRIPT (the script cache is not replicated).
+pub fn assert_first_acquire_after_a_promotion(
+    sent: &std::collections::BTreeMap<&'static str, u64>,
+) {
+    let info = server_info();
+    if info.has_functions() {
+        assert_one_fcall(sent);
+        return;
+    }
+    println!("{info} has no FUNCTION: one EVALSHA and at most one EVAL expected");
+    assert!(
+        sent["fcall"] == 0
+            && sent["function|load"] == 0
+            && sent["evalsha"] == 1
+            && sent["eval"] <= 1,
+        "{info}: one EVALSHA, then at most one EVAL after NOSCRIPT: {sent:?}"
+    );
+}

@@ -9,12 +9,17 @@ use dlock::{LockClient, LockError};
 
 const SECRET: &str = "s3cr3t-pw";
 
-fn tls_server() -> RedisServer {
-    RedisServer::builder()
+/// A TLS server, or `None` (and a `skipped:` line) where redis-server is built without TLS.
+fn tls_server(test: &str) -> Option<RedisServer> {
+    if !common::tls_or_skip(test) {
+        return None;
+    }
+    let server = RedisServer::builder()
         .tls()
         .user("locker", SECRET)
         .start()
-        .expect("start a TLS redis-server (needs openssl and a TLS-enabled redis-server)")
+        .expect("start a TLS redis-server (needs openssl and a TLS-enabled redis-server)");
+    Some(server)
 }
 
 fn pem(path: Option<&std::path::Path>) -> Vec<u8> {
@@ -31,7 +36,9 @@ async fn tls_client(server: &RedisServer, url: &str) -> Result<LockClient, LockE
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_work_over_tls_as_an_acl_user_and_waiters_are_woken() {
-    let server = tls_server();
+    let Some(server) = tls_server("locks over TLS") else {
+        return;
+    };
     let url = server.url_as("locker", SECRET);
     assert!(url.starts_with("rediss://"));
     let a = tls_client(&server, &url).await.expect("TLS client a");
@@ -79,7 +86,9 @@ async fn locks_work_over_tls_as_an_acl_user_and_waiters_are_woken() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_ca_is_a_clear_connect_error() {
-    let server = tls_server();
+    let Some(server) = tls_server("a wrong CA over TLS") else {
+        return;
+    };
     let url = server.url_as("locker", SECRET);
     let started = Instant::now();
     let err = LockClient::builder(url.as_str())
@@ -101,7 +110,9 @@ async fn a_wrong_ca_is_a_clear_connect_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_password_is_a_clear_error_that_hides_it() {
-    let server = tls_server();
+    let Some(server) = tls_server("a wrong password over TLS") else {
+        return;
+    };
     let url = server.url_as("locker", "not-the-password");
     let err = tls_client(&server, &url).await.expect_err("wrong password");
     let text = format!("{err} / {err:?}");

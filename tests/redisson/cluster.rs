@@ -59,6 +59,9 @@ fn master_index(cluster: &RedisCluster, key: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_both_sides_wake_each_other_over_shard_channels_also_after_a_failover() {
+    if !common::sharded_pubsub_or_skip("Redisson's shard channels on a cluster") {
+        return;
+    }
     let mut cluster = RedisCluster::start(3, 1).expect("start a cluster");
     let client = cluster_client(&cluster).await;
     let java = Arc::new(JavaClient::cluster(&cluster.urls(), Duration::from_secs(30)).await);
@@ -126,6 +129,9 @@ async fn on_a_cluster_both_sides_wake_each_other_over_shard_channels_also_after_
 /// A read-write lock on the cluster: a Java writer's SPUBLISHed 1 wakes a dlock reader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_a_java_writers_release_wakes_a_dlock_reader() {
+    if !common::sharded_pubsub_or_skip("Redisson's shard channels on a cluster") {
+        return;
+    }
     let cluster = RedisCluster::start(3, 0).expect("start a cluster");
     let client = cluster_client(&cluster).await;
     let java = JavaClient::cluster(&cluster.urls(), Duration::from_secs(30)).await;
@@ -161,6 +167,9 @@ async fn on_a_cluster_a_java_writers_release_wakes_a_dlock_reader() {
 /// waiter is still woken by the next release (not at the holder's lease end).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_is_still_woken_after_the_slots_master_was_killed_and_replaced() {
+    if !common::sharded_pubsub_or_skip("Redisson's shard channels on a cluster") {
+        return;
+    }
     let mut cluster = RedisCluster::start(3, 1).expect("start a cluster");
     let client = cluster_client(&cluster).await;
     let java = Arc::new(JavaClient::cluster(&cluster.urls(), Duration::from_secs(30)).await);

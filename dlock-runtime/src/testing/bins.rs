@@ -1,5 +1,5 @@
 //! The programs the harness runs, how to run one with a time limit, and which redis-server
-//! version is installed.
+//! (Redis or Valkey, which version, what it offers) is installed.
 
 use std::fmt;
 use std::io;
@@ -129,10 +129,85 @@ impl fmt::Display for RedisVersion {
     }
 }
 
+/// Whose server the harness starts: Redis, or Valkey (the fork of Redis 7.2, which answers
+/// as Redis 7.2.4 on the wire).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ServerFlavour {
+    /// `Redis server v=...`.
+    Redis,
+    /// `Valkey server v=...`.
+    Valkey,
+}
+
+/// The redis-server binary the harness starts (`$REDIS_SERVER_BIN` or `redis-server`): whose
+/// it is, its version, and what that version offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ServerInfo {
+    /// Redis or Valkey.
+    pub flavour: ServerFlavour,
+    /// The version it reports (Valkey's own numbering for Valkey).
+    pub version: RedisVersion,
+}
+
+impl ServerInfo {
+    fn parse(text: &str) -> Option<Self> {
+        let flavour = if text.trim_start().starts_with("Valkey ") {
+            ServerFlavour::Valkey
+        } else {
+            ServerFlavour::Redis
+        };
+        Some(ServerInfo {
+            flavour,
+            version: RedisVersion::parse(text)?,
+        })
+    }
+
+    /// Whether it has FUNCTION and FCALL: Redis 7.0 or later, and every Valkey (forked from
+    /// 7.2). Before that, scripts are EVAL / EVALSHA only.
+    pub fn has_functions(&self) -> bool {
+        self.at_least_redis_7()
+    }
+
+    /// Whether it has sharded pub/sub (SPUBLISH, SSUBSCRIBE): Redis 7.0 or later, and every
+    /// Valkey.
+    pub fn has_sharded_pubsub(&self) -> bool {
+        self.at_least_redis_7()
+    }
+
+    /// Whether a script may name keys of several slots of one node in a cluster: Redis 7.0 or
+    /// later, and every Valkey (6.2 answers CROSSSLOT).
+    pub fn has_cross_slot_scripts(&self) -> bool {
+        self.at_least_redis_7()
+    }
+
+    fn at_least_redis_7(&self) -> bool {
+        match self.flavour {
+            ServerFlavour::Redis => self.version >= RedisVersion::new(7, 0, 0),
+            ServerFlavour::Valkey => true,
+        }
+    }
+}
+
+impl fmt::Display for ServerInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self.flavour {
+            ServerFlavour::Redis => "Redis",
+            ServerFlavour::Valkey => "Valkey",
+        };
+        write!(f, "{name} {}", self.version)
+    }
+}
+
 /// The version of the redis-server the harness starts (`$REDIS_SERVER_BIN` or `redis-server`),
 /// asked once per binary and remembered.
 pub fn server_version() -> io::Result<RedisVersion> {
-    static SEEN: Mutex<Vec<(String, RedisVersion)>> = Mutex::new(Vec::new());
+    server_info().map(|info| info.version)
+}
+
+/// Whose the redis-server the harness starts is, and its version (`--version`, asked once per
+/// binary and remembered).
+pub fn server_info() -> io::Result<ServerInfo> {
+    static SEEN: Mutex<Vec<(String, ServerInfo)>> = Mutex::new(Vec::new());
     let bin = server_bin();
     let known = SEEN
         .lock()
@@ -144,20 +219,20 @@ pub fn server_version() -> io::Result<RedisVersion> {
         return Ok(v);
     }
     let text = run_ok(Command::new(&bin).arg("--version"), Duration::from_secs(10))?;
-    let version = RedisVersion::parse(&text).ok_or_else(|| {
+    let info = ServerInfo::parse(&text).ok_or_else(|| {
         io::Error::other(format!(
             "cannot read a version from `{bin} --version`: {text}"
         ))
     })?;
     SEEN.lock()
         .unwrap_or_else(|e| e.into_inner())
-        .push((bin, version));
-    Ok(version)
+        .push((bin, info));
+    Ok(info)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::RedisVersion;
+    use super::{RedisVersion, ServerFlavour, ServerInfo};
 
     #[test]
     fn parses_the_version_line() {
@@ -169,5 +244,21 @@ mod tests {
         );
         assert_eq!(RedisVersion::parse("redis-cli 7.0.15"), None);
         assert!(RedisVersion::new(6, 2, 14) < RedisVersion::new(7, 0, 0));
+    }
+
+    #[test]
+    fn tells_redis_from_valkey_and_what_each_offers() {
+        let redis_62 =
+            ServerInfo::parse("Redis server v=6.2.14 sha=40305114:0 malloc=libc bits=64").unwrap();
+        assert_eq!(redis_62.flavour, ServerFlavour::Redis);
+        assert_eq!(redis_62.to_string(), "Redis 6.2.14");
+        assert!(!redis_62.has_functions() && !redis_62.has_sharded_pubsub());
+        assert!(!redis_62.has_cross_slot_scripts());
+        let redis_70 = ServerInfo::parse("Redis server v=7.0.15 sha=00000000:0").unwrap();
+        assert!(redis_70.has_functions() && redis_70.has_sharded_pubsub());
+        let valkey = ServerInfo::parse("Valkey server v=8.1.8 sha=00000000:1 malloc=libc").unwrap();
+        assert_eq!(valkey.flavour, ServerFlavour::Valkey);
+        assert_eq!(valkey.to_string(), "Valkey 8.1.8");
+        assert!(valkey.has_functions() && valkey.has_sharded_pubsub());
     }
 }

@@ -48,9 +48,11 @@
 //!
 //! Linux or another Unix with `sh` and `kill(1)`, and:
 //!
-//! * `redis-server` 6.2 or newer (`$REDIS_SERVER_BIN` to pick another binary; checked at
-//!   start, tested with 7.0). `--enable-debug-command local` is passed from 7.0 on, where
-//!   DEBUG is otherwise refused; on 6.2 DEBUG is always on.
+//! * `redis-server` 6.2 or newer, or Valkey's `valkey-server` (`$REDIS_SERVER_BIN` to pick
+//!   another binary; checked at start, tested with Redis 6.2 and 7.0 and Valkey 8.1).
+//!   `--enable-debug-command local` is passed from 7.0 on, where DEBUG is otherwise refused; on
+//!   6.2 DEBUG is always on. [`server_info`] says which server it is and what it offers
+//!   (FUNCTION, sharded pub/sub), [`supports_tls`] whether it was built with TLS.
 //! * `redis-cli` (package `redis-tools`, or `$REDIS_CLI_BIN`) for [`RedisCluster`] and
 //!   [`RedisServer::cli`].
 //! * `openssl` (the command-line tool) for TLS servers: a CA, a certificate for `127.0.0.1`
@@ -75,9 +77,9 @@ mod support;
 mod tls;
 mod watchdog;
 
-pub use bins::{server_version, RedisVersion};
+pub use bins::{server_info, server_version, RedisVersion, ServerFlavour, ServerInfo};
 pub use cluster::{ClusterNode, RedisCluster};
 pub use cluster_view::Role;
 pub use options::{Persistence, RedisServerBuilder};
 pub use sentinel::RedisSentinel;
-pub use server::RedisServer;
+pub use server::{supports_tls, RedisServer};

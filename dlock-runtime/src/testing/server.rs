@@ -3,6 +3,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::bins::{self, RedisVersion};
@@ -253,15 +254,23 @@ impl RedisServer {
         for _ in 0..START_TIMEOUT.as_millis() / 10 + 1 {
             if let Some(status) = process.try_wait()? {
                 let output = read_from(&log, from);
-                let kind = if output.contains("Address already in use") {
-                    io::ErrorKind::AddrInUse
+                let (kind, why) = if output.contains("Address already in use") {
+                    (io::ErrorKind::AddrInUse, String::new())
+                } else if self.tls.is_some() && built_without_tls(&output) {
+                    let which =
+                        bins::server_info().map_or_else(|e| e.to_string(), |i| i.to_string());
+                    (
+                        io::ErrorKind::Unsupported,
+                        format!(" ({which} was built without TLS)"),
+                    )
                 } else {
-                    io::ErrorKind::Other
+                    (io::ErrorKind::Other, String::new())
                 };
                 return Err(io::Error::new(
                     kind,
                     format!(
-                        "redis-server on port {} exited at start-up with {status}; it said:\n{}",
+                        "redis-server on port {} exited at start-up with {status}{why}; it \
+                         said:\n{}",
                         self.port,
                         last_lines(&output, LOG_LINES)
                     ),
@@ -306,6 +315,47 @@ impl RedisServer {
             )
         })
     }
+}
+
+/// Whether a server that exited at start-up said it has no TLS: a build without it refuses the
+/// TLS options (Redis 6.2: `'tls-port ...'` "Bad directive"; Valkey, like Redis 7.2 and later
+/// built with TLS as a module that is not loaded: "Failed finding TLS support").
+fn built_without_tls(output: &str) -> bool {
+    (output.contains("'tls-") && output.contains("Bad directive"))
+        || output.contains("Failed finding TLS support")
+}
+
+/// Whether the redis-server the harness starts (`$REDIS_SERVER_BIN` or `redis-server`) was built
+/// with TLS: asked once per binary by starting a TLS server (certificates included, ~55 ms) and
+/// remembered. `Ok(false)` only when the server itself said it has no TLS; any other failure to
+/// start is an `Err`.
+pub fn supports_tls() -> io::Result<bool> {
+    static SEEN: Mutex<Vec<(String, bool)>> = Mutex::new(Vec::new());
+    let bin = bins::server_bin();
+    let known = SEEN
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|(b, _)| *b == bin)
+        .map(|(_, v)| *v);
+    if let Some(v) = known {
+        return Ok(v);
+    }
+    let supported = match RedisServer::start_tls() {
+        Ok(_server) => true,
+        // Also the kind of a server older than the harness supports: that is no answer.
+        Err(e)
+            if e.kind() == io::ErrorKind::Unsupported
+                && bins::server_version()? >= RedisVersion::MIN_SUPPORTED =>
+        {
+            false
+        }
+        Err(e) => return Err(e),
+    };
+    SEEN.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((bin, supported));
+    Ok(supported)
 }
 
 /// Starts `count` servers from `builder` at once (each start is mostly waiting).
