@@ -25,14 +25,12 @@ local result = -1
 if count then
   result = count - 1
 end
-redis.call('SET', KEYS[3], result, 'PX', ARGV[3])
-if result > 0 then
-  redis.call('HSET', KEYS[1], ARGV[1], result)
-  if tonumber(ARGV[2]) > 0 then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  end
-elseif result == 0 then
+-- The first write is one that frees memory or takes none (DEL, PEXPIRE): Redis before 7.0
+-- refuses a script on a full server (maxmemory) only at its first write, and only if that
+-- write may take memory; on 7.0+ the library's allow-oom flag lets it run whatever the order.
+if result == 0 then
   redis.call('DEL', KEYS[1])
+  redis.call('SET', KEYS[3], result, 'PX', ARGV[3])
   -- pcall: a user without rights on the channel (ACL) is refused the PUBLISH, but the lock is
   -- free all the same; -1 tells the client, which warns (waiters wake at the lease's end).
   local heard = redis.pcall('PUBLISH', KEYS[2], 'released')
@@ -40,5 +38,12 @@ elseif result == 0 then
     heard = -1
   end
   return {0, heard}
+end
+if result > 0 and tonumber(ARGV[2]) > 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+redis.call('SET', KEYS[3], result, 'PX', ARGV[3])
+if result > 0 then
+  redis.call('HSET', KEYS[1], ARGV[1], result)
 end
 return result

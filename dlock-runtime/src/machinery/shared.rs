@@ -251,7 +251,11 @@ impl Shared {
         op: &'static str,
         e: redis::RedisError,
     ) -> LockError {
-        if e.code() == Some("WRONGTYPE") {
+        // Redis before 7.0 wraps an error raised inside a script ("Error running script
+        // (call to f_...): @user_script:15: WRONGTYPE ..."), so its code reads ERR.
+        let wrapped_wrong_type =
+            e.code() == Some("ERR") && e.detail().is_some_and(|d| d.contains(": WRONGTYPE "));
+        if e.code() == Some("WRONGTYPE") || wrapped_wrong_type {
             let (key, role) = wrong_type_key(&e, key, op);
             return LockError::WrongType {
                 name: name.to_owned(),
