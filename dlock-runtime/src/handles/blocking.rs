@@ -39,6 +39,9 @@ use std::time::Duration;
 
 use crate::error::LockError;
 use crate::handles::builder::LockClientBuilder;
+use crate::handles::client::LockClient as AsyncClient;
+use crate::handles::guard::LockGuard as AsyncGuard;
+use crate::handles::lock::Lock as AsyncLock;
 use crate::machinery::hold::Hold;
 use crate::machinery::scope;
 use crate::machinery::shared::Shared;
@@ -53,13 +56,13 @@ thread_local! {
 /// work are the async client's own.
 #[derive(Clone, Debug)]
 pub struct LockClient {
-    inner: crate::LockClient,
+    inner: AsyncClient,
 }
 
 impl LockClient {
     /// Connects with default settings (see [`crate::LockClient::connect`]).
     pub fn connect(url: &str) -> Result<Self, LockError> {
-        Self::build(crate::LockClient::builder(url))
+        Self::build(AsyncClient::builder(url))
     }
 
     /// Builds a client from any builder (a cluster, Sentinel, TLS, other settings).
@@ -86,7 +89,7 @@ impl LockClient {
 
     /// The async client behind this one, for the parts of the API this module does not
     /// mirror (read-write locks, multi-locks, semaphores, stock).
-    pub fn as_async(&self) -> &crate::LockClient {
+    pub fn as_async(&self) -> &AsyncClient {
         &self.inner
     }
 
@@ -111,7 +114,7 @@ impl LockClient {
         let _ = run(&shared, "", self.inner.shutdown());
     }
 
-    fn wrap(&self, lock: crate::Lock) -> Lock {
+    fn wrap(&self, lock: AsyncLock) -> Lock {
         Lock {
             shared: self.inner.shared.clone(),
             lock,
@@ -119,9 +122,9 @@ impl LockClient {
     }
 }
 
-impl From<crate::LockClient> for LockClient {
+impl From<AsyncClient> for LockClient {
     /// The blocking face of an async client: both share its connections and its locks.
-    fn from(inner: crate::LockClient) -> Self {
+    fn from(inner: AsyncClient) -> Self {
         LockClient { inner }
     }
 }
@@ -131,7 +134,7 @@ impl From<crate::LockClient> for LockClient {
 #[must_use]
 pub struct Lock {
     shared: Arc<Shared>,
-    lock: crate::Lock,
+    lock: AsyncLock,
 }
 
 impl Lock {
@@ -196,7 +199,7 @@ impl Lock {
         })?
     }
 
-    fn map(self, f: impl FnOnce(crate::Lock) -> crate::Lock) -> Self {
+    fn map(self, f: impl FnOnce(AsyncLock) -> AsyncLock) -> Self {
         Lock {
             shared: self.shared,
             lock: f(self.lock),
@@ -206,7 +209,7 @@ impl Lock {
     /// Runs an acquire inside this thread's scope of holds, and wraps what it got.
     fn take<E: Send + 'static + From<LockError>>(
         &self,
-        acquire: impl Future<Output = Result<crate::LockGuard, E>> + Send + 'static,
+        acquire: impl Future<Output = Result<AsyncGuard, E>> + Send + 'static,
     ) -> Result<LockGuard, E> {
         let chain = HELD_HERE.with(|held| held.borrow().clone());
         let acquire = scope::with_holds(&chain, acquire);
@@ -229,13 +232,13 @@ impl From<LockError> for Busy {
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
     /// `None` once released.
-    guard: Option<crate::LockGuard>,
+    guard: Option<AsyncGuard>,
     /// Not `Send` or `Sync`: this thread's scope lists its hold.
     _thread: PhantomData<*const ()>,
 }
 
 impl LockGuard {
-    fn on_this_thread(guard: crate::LockGuard) -> Self {
+    fn on_this_thread(guard: AsyncGuard) -> Self {
         let entry = (Arc::from(guard.client_url()), guard.hold().clone());
         HELD_HERE.with(|held| held.borrow_mut().push(entry));
         LockGuard {
@@ -244,7 +247,7 @@ impl LockGuard {
         }
     }
 
-    fn async_guard(&self) -> &crate::LockGuard {
+    fn async_guard(&self) -> &AsyncGuard {
         self.guard
             .as_ref()
             .unwrap_or_else(|| unreachable!("a released guard is consumed"))
@@ -279,7 +282,7 @@ impl LockGuard {
     }
 
     /// Takes the async guard out and removes its hold from this thread's scope.
-    fn take_guard(&mut self) -> crate::LockGuard {
+    fn take_guard(&mut self) -> AsyncGuard {
         let guard = self
             .guard
             .take()
