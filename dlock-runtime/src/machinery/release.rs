@@ -154,6 +154,10 @@ impl Pending {
         let mut first: Request = Box::pin(async move { call.invoke_async(&mut conn).await });
         let polled = std::future::poll_fn(|cx| Poll::Ready(first.as_mut().poll(cx))).await;
         let written = polled.is_pending();
+        // Answered already (the thread was preempted between sending and looking, for longer
+        // than the round trip): settled here, so the gate is free and the lock seen free when
+        // this returns, as a written release promises. An error goes the background's way.
+        let answered = matches!(polled, Poll::Ready(Ok(_)));
         let first: Request = match polled {
             Poll::Ready(reply) => Box::pin(std::future::ready(reply)),
             Poll::Pending => first,
@@ -173,6 +177,9 @@ impl Pending {
             _tracked: shared.bg.track(),
         };
         let task = awaiting.run(first, sent_at);
+        if answered {
+            return task.await;
+        }
         match tokio::runtime::Handle::try_current() {
             // Where the caller's connections live, so the reply wakes no other thread.
             Ok(here) if here.runtime_flavor() == RuntimeFlavor::MultiThread => {
