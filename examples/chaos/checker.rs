@@ -87,6 +87,10 @@ pub struct Report {
     pub longest_gap: Option<(u64, u64)>,
     /// The acquires that waited longest while nobody else was believed to hold their lock.
     pub free_waits: Vec<waits::FreeWait>,
+    /// Replica-synced clients granted nothing after the last fault because every answer was
+    /// `not_synced`: the deployment had no replica to confirm (a promoted primary whose old
+    /// one had not rejoined), which such a lock must refuse. Reported, not a violation.
+    pub unconfirmable: Vec<i32>,
 }
 
 impl Report {
@@ -595,7 +599,25 @@ fn liveness(events: &[Event], cfg: &Config, report: &mut Report) {
             Some(w) => w > cfg.liveness_ns,
             None => stop.saturating_sub(heal) > cfg.liveness_ns,
         };
-        if late {
+        // Answered all along, and every answer a refusal for want of replicas.
+        let answers: Vec<&Event> = events
+            .iter()
+            .filter(|e| e.p == p && e.t >= heal && e.ev == Ev::Fail)
+            .collect();
+        let unconfirmable = first.is_none()
+            && !answers.is_empty()
+            && answers.iter().all(|e| {
+                matches!(
+                    e.detail.as_deref(),
+                    Some("not_synced" | "timeout" | "cancelled")
+                )
+            })
+            && answers
+                .iter()
+                .any(|e| e.detail.as_deref() == Some("not_synced"));
+        if late && unconfirmable {
+            report.unconfirmable.push(p);
+        } else if late {
             report.violations.push(Violation {
                 property: "liveness",
                 text: format!(

@@ -161,6 +161,12 @@ pub fn render(
             let _ = writeln!(out, "  liveness: no fault ran");
         }
     }
+    for p in &report.unconfirmable {
+        let _ = writeln!(
+            out,
+            "  liveness: c{p} (replica-synced) was refused NotSynced after the last fault: no replica confirmed its acquires"
+        );
+    }
     let kinds = keys_left::by_kind(&ending.keys);
     let endless: usize = kinds.values().map(|k| k.1).sum();
     let _ = writeln!(

@@ -379,6 +379,45 @@ fn flags_a_client_not_granted_after_the_last_fault() {
 }
 
 #[test]
+fn a_synced_client_refused_for_want_of_replicas_is_reported_not_flagged() {
+    let ms = 1_000_000;
+    let mut parts = vec![
+        hold(0, 1, "plain:0", "plain", 10, 100, 1024),
+        hold(1, 1, "plain:0", "plain", 200, 300, 2048),
+        fault(1, "kill_master", "primary", 1_000, 2_000, false),
+        hold(0, 2, "plain:0", "plain", 2_100, 2_200, 4096),
+    ];
+    // c1 is answered all along after the heal, every time NotSynced (or a wait that ran out).
+    for (i, at) in [2_500u64, 5_000, 9_000, 11_000].into_iter().enumerate() {
+        let op = 10 + i as u64;
+        let detail = if i == 1 { "timeout" } else { "not_synced" };
+        parts.push(vec![
+            ev(at * ms, 1, Ev::Invoke, op, "plain:0", "plain"),
+            ev((at + 500) * ms, 1, Ev::Fail, op, "plain:0", "plain").detail(detail),
+        ]);
+    }
+    parts.push(vec![
+        Event::new(13_000 * ms, NEMESIS, Ev::Note).detail("stop")
+    ]);
+    let r = run(parts.clone());
+    assert!(properties(&r).is_empty(), "{:?}", properties(&r));
+    assert_eq!(r.unconfirmable, [1]);
+    // The same silence with another answer (a Redis error) is a liveness violation.
+    let last = parts.len() - 2;
+    parts[last][1] = ev(11_500 * ms, 1, Ev::Fail, 13, "plain:0", "plain").detail("redis");
+    let mut all_redis = parts;
+    for part in all_redis.iter_mut() {
+        for e in part.iter_mut() {
+            if e.p == 1 && e.ev == Ev::Fail {
+                *e = e.clone().detail("redis");
+            }
+        }
+    }
+    let r = run(all_redis);
+    assert_eq!(properties(&r), ["liveness"]);
+}
+
+#[test]
 fn measures_how_long_an_acquire_waited_on_a_lock_nobody_held() {
     let ms = 1_000_000;
     let mut waiter = hold(1, 1, "plain:0", "plain", 400, 500, 2048);
