@@ -324,6 +324,7 @@ mod handles;
 mod kinds;
 mod machinery;
 mod settings;
+mod store;
 
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
