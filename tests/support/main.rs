@@ -7,4 +7,5 @@
 mod common;
 
 mod harness;
+mod postgres;
 mod proxy;

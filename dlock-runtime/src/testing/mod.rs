@@ -70,6 +70,7 @@ mod bins;
 mod cluster;
 mod cluster_view;
 mod options;
+pub mod postgres;
 mod resp;
 mod sentinel;
 mod server;
@@ -81,5 +82,6 @@ pub use bins::{server_info, server_version, RedisVersion, ServerFlavour, ServerI
 pub use cluster::{ClusterNode, RedisCluster};
 pub use cluster_view::Role;
 pub use options::{Persistence, RedisServerBuilder};
+pub use postgres::{postgres_available, PgServer};
 pub use sentinel::RedisSentinel;
 pub use server::{supports_tls, RedisServer};
