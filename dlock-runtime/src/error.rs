@@ -101,7 +101,7 @@ pub enum LockError {
 
     /// A store other than Redis (PostgreSQL) could not be reached, was not ready, or refused
     /// a request. `fault` says which: a caller may retry the first two.
-    #[error("{store} at {url} failed during {op}{}: {message}", of_subject(.name, .op))]
+    #[error("{store} at {url} failed during {op}{}: {source}", of_subject(.name, .op))]
     Store {
         /// The lock's name (empty for client-level operations).
         name: String,
@@ -113,9 +113,8 @@ pub enum LockError {
         url: String,
         /// Which kind of failure this was.
         fault: StoreFault,
-        /// The cause, in words (for a refusal, the server's message and SQLSTATE).
-        message: String,
-        /// The store client's own error.
+        /// The cause: its message says what failed and why (for a refusal, the server's
+        /// message and SQLSTATE); its own source, when there is one, is the store client's error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },

@@ -140,7 +140,7 @@ impl Acquire<'_> {
         }
         // Takes back what refused attempts left in Redis if this acquire ends without the lock:
         // awaited here on an error, sent from Drop if this future is dropped.
-        let mut give_up = GiveUp::new(&self.shared, self.kind.refusal_leaves_a_trace());
+        let mut give_up = GiveUp::new(self.shared, self.kind.refusal_leaves_a_trace());
         let result = self
             .contend(pass, lease, wait, started, deadline, &mut give_up)
             .await;
@@ -171,7 +171,7 @@ impl Acquire<'_> {
             let hold = Arc::new(self.fresh_hold(lease));
             // Registered before the first request goes out; removed again on any failure or
             // cancellation by the registration's Drop.
-            let registration = Registration::new(&self.shared, hold.clone(), !hard);
+            let registration = Registration::new(self.shared, hold.clone(), !hard);
             (hold, registration)
         };
         let (mut hold, mut registration) = new_hold();
@@ -430,7 +430,7 @@ impl Acquire<'_> {
         }
         let hard = self.hard;
         let hold = Arc::new(self.fresh_hold(lease).for_owner(&parent.owner));
-        let registration = Registration::new(&self.shared, hold.clone(), !hard);
+        let registration = Registration::new(self.shared, hold.clone(), !hard);
         // Sent like a re-entry, with a marker: if the owner already holds this side (a second
         // read taken in one write scope), the script adds a hold rather than answering "held
         // already" (its reply to a re-sent first acquire), and an undo after a cancel finds the
@@ -463,7 +463,7 @@ impl Acquire<'_> {
         };
         if self.shared.closed.load(Ordering::Acquire) {
             // Granted after the client's shutdown began: give it back now.
-            crate::machinery::release::release_quietly(&self.shared, &hold).await;
+            crate::machinery::release::release_quietly(self.shared, &hold).await;
             return Err(LockError::Closed {
                 name: self.name.to_owned(),
             });

@@ -8,7 +8,7 @@ use crate::error::{LockError, StoreFault};
 pub(crate) enum StoreError {
     Redis(redis::RedisError),
     #[cfg(feature = "postgres")]
-    Postgres(crate::store::postgres::PgError),
+    Postgres(crate::store::postgres::errors::PgError),
 }
 
 impl StoreError {

@@ -13,8 +13,11 @@ use crate::store::error::StoreError;
 #[derive(Clone)]
 pub(crate) enum Link {
     Redis(Conn),
+    // Sent to by every operation below; opened once `Shared` connects to a PostgreSQL store,
+    // the seam's next step (issue 30).
     #[cfg(feature = "postgres")]
-    Postgres(crate::store::postgres::PgLink),
+    #[allow(dead_code)]
+    Postgres(crate::store::postgres::link::PgLink),
 }
 
 /// What a release answered.

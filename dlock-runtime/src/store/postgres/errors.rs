@@ -206,3 +206,30 @@ impl std::error::Error for PgError {
             .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
+
+impl PgError {
+    /// The `LockError` a caller sees: which lock, what dlock was doing, which kind of fault.
+    pub(crate) fn into_lock_error(
+        self,
+        name: &str,
+        op: &'static str,
+        url: &str,
+    ) -> crate::error::LockError {
+        use crate::error::StoreFault;
+        let fault = if self.is_link_error() {
+            StoreFault::Unreachable
+        } else if self.is_not_now() {
+            StoreFault::NotNow
+        } else {
+            StoreFault::Refused
+        };
+        crate::error::LockError::Store {
+            name: name.to_owned(),
+            op,
+            store: "postgres",
+            url: url.to_owned(),
+            fault,
+            source: Box::new(self),
+        }
+    }
+}
