@@ -10,54 +10,10 @@ use tokio_postgres::types::{FromSql, ToSql, Type};
 use tokio_postgres::Row;
 
 use super::channel::pg_channel;
+use super::connections::Inner;
 use super::errors::PgError;
-use super::schema::Schema;
-use super::store::Inner;
 use crate::backend::names::LockKeys;
 use crate::kinds::{Claim, LockKind, WRITER_INTENT};
-
-/// The SQL text of every call, with the schema filled in. Parameters are sent with their
-/// types (`query_typed`): one round trip, no named prepared statement a pooler would lose.
-pub(super) struct Calls {
-    plain_acquire: String,
-    plain_release: String,
-    plain_undo_reentry: String,
-    sem_acquire: String,
-    sem_release: String,
-    sem_available: String,
-    rw_acquire: String,
-    rw_release: String,
-    renew: String,
-    force_unlock: String,
-    pttl: String,
-    micros: String,
-}
-
-impl Calls {
-    pub(super) fn new(schema: &Schema) -> Calls {
-        let s = schema.quoted();
-        Calls {
-            plain_acquire: format!(
-                "SELECT held, detail FROM {s}.plain_acquire($1, $2, $3, $4, $5, $6, $7)"
-            ),
-            plain_release: format!(
-                "SELECT remaining, listeners FROM {s}.plain_release($1, $2, $3, $4, $5, $6)"
-            ),
-            plain_undo_reentry: format!("SELECT {s}.plain_undo_reentry($1, $2, $3, $4)"),
-            sem_acquire: format!("SELECT held, detail FROM {s}.sem_acquire($1, $2, $3, $4)"),
-            sem_release: format!("SELECT {s}.sem_release($1, $2, $3, $4, $5)"),
-            sem_available: format!("SELECT {s}.sem_available($1, $2)"),
-            rw_acquire: format!(
-                "SELECT held, detail FROM {s}.rw_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9)"
-            ),
-            rw_release: format!("SELECT {s}.rw_release($1, $2, $3, $4, $5, $6, $7, $8)"),
-            renew: format!("SELECT {s}.renew($1, $2, $3, $4)"),
-            force_unlock: format!("SELECT {s}.force_unlock($1, $2)"),
-            pttl: format!("SELECT {s}.pttl($1)"),
-            micros: format!("SELECT {s}.micros(clock_timestamp())"),
-        }
-    }
-}
 
 /// The kinds this store offers, by `LockKind::id`.
 enum Offered {

@@ -1,0 +1,91 @@
+//! The store's fixed set of connections: each opened on the client's own runtime, reopened by
+//! one caller when it closed, forgotten after a call timed out on it.
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio_postgres::{Client, Config, NoTls};
+
+use super::calls::Calls;
+use super::errors::PgError;
+use super::schema::Schema;
+
+/// What every link of the store shares.
+pub(super) struct Inner {
+    pub(super) config: Config,
+    pub(super) schema: Schema,
+    /// The SQL text of every call, built once for the schema.
+    pub(super) calls: Calls,
+    pub(super) slots: Vec<Slot>,
+    /// The next slot `any_link` hands out.
+    pub(super) next: AtomicUsize,
+    pub(super) connect_timeout: Duration,
+    pub(super) response_timeout: Duration,
+    /// The client's own runtime: connections are opened and driven there, so they outlive
+    /// whichever runtime the caller happens to run on.
+    pub(super) rt: Handle,
+}
+
+/// One connection of the store.
+pub(super) struct Slot {
+    /// The open client, if any. A std mutex: held only to clone or swap the `Arc`.
+    pub(super) client: Mutex<Option<Arc<Client>>>,
+    /// Taken while reopening, so one caller reconnects and the others then use its client.
+    pub(super) reopening: tokio::sync::Mutex<()>,
+}
+
+impl Inner {
+    /// The open client of `slot`, reopened first if it closed.
+    pub(super) async fn client(&self, slot: usize) -> Result<Arc<Client>, PgError> {
+        let slot = &self.slots[slot];
+        if let Some(client) = open_client(slot) {
+            return Ok(client);
+        }
+        let what = "connecting to PostgreSQL";
+        // Bounded: the caller ahead reopens within connect_timeout, or gives up.
+        let _turn = tokio::time::timeout(self.connect_timeout, slot.reopening.lock())
+            .await
+            .map_err(|_| PgError::timeout(what, self.connect_timeout))?;
+        if let Some(client) = open_client(slot) {
+            return Ok(client);
+        }
+        let config = self.config.clone();
+        let opening = self.rt.spawn(async move {
+            let (client, connection) = config.connect(NoTls).await?;
+            // Ends when the server or the last `Client` closes it; its error, if any, is
+            // seen by the calls in flight, which fail as link errors.
+            tokio::spawn(connection);
+            Ok::<_, tokio_postgres::Error>(client)
+        });
+        let client = match tokio::time::timeout(self.connect_timeout, opening).await {
+            Err(_) => return Err(PgError::timeout(what, self.connect_timeout)),
+            // The client's runtime is shutting down: no more connections.
+            Ok(Err(_)) => {
+                return Err(PgError::refused(what, "the client's runtime has shut down"));
+            }
+            Ok(Ok(Err(e))) => return Err(PgError::connecting(what, e)),
+            Ok(Ok(Ok(client))) => Arc::new(client),
+        };
+        *slot.client.lock().unwrap_or_else(|p| p.into_inner()) = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Forgets `client` if `slot` still uses it (after a timeout: the connection may hang,
+    /// and every later call would queue behind the stuck one), so the next call reopens.
+    pub(super) fn discard(&self, slot: usize, client: &Arc<Client>) {
+        let mut current = self.slots[slot]
+            .client
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, client)) {
+            *current = None;
+        }
+    }
+}
+
+fn open_client(slot: &Slot) -> Option<Arc<Client>> {
+    let current = slot.client.lock().unwrap_or_else(|p| p.into_inner());
+    current.as_ref().filter(|c| !c.is_closed()).cloned()
+}
