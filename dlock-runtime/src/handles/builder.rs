@@ -152,6 +152,15 @@ impl LockClientBuilder {
         self
     }
 
+    /// The PostgreSQL schema dlock keeps its tables and functions in (a `postgres://` URL);
+    /// default `dlock`. It is created on first use when missing (which needs CREATE on the
+    /// database); a role without that right is told the statement an owner must run once.
+    /// Ignored for Redis.
+    pub fn postgres_schema(mut self, schema: impl Into<String>) -> Self {
+        self.settings.postgres_schema = schema.into();
+        self
+    }
+
     /// Replica-synced locks, off by default: after every acquire and every renewal, the client
     /// sends `WAIT replicas within` on the same connection, in the same round trip (Redisson's
     /// `checkLockSyncedSlaves`). An acquire that Redis granted but fewer than `replicas`
@@ -205,13 +214,16 @@ impl std::fmt::Debug for LockClientBuilder {
 }
 
 impl LockClient {
-    /// Connects with default settings. `url` is a redis-rs URL (`redis://host:port/db`).
+    /// Connects with default settings. `url` is a redis-rs URL (`redis://host:port/db`), or,
+    /// with the `postgres` feature, a PostgreSQL one (`postgres://user@host:port/db`): the URL
+    /// picks the store, and the rest of the API stays the same (see the crate docs, "Stores").
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         Self::builder(url).build().await
     }
 
     /// Starts a builder for a client of one Redis server (`redis://host:port/db`,
-    /// `redis://user:password@host:port`; `rediss://` for TLS).
+    /// `redis://user:password@host:port`; `rediss://` for TLS), or, with the `postgres`
+    /// feature, of a PostgreSQL server (`postgres://user:password@host:port/db`).
     pub fn builder(url: impl Into<String>) -> LockClientBuilder {
         LockClientBuilder::new(Target::Single(url.into()))
     }

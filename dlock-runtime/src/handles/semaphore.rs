@@ -163,15 +163,10 @@ impl Semaphore {
     /// snapshot: another client may take one the next moment.
     pub async fn available(&self) -> Result<u32, LockError> {
         self.validate()?;
-        let mut conn = self.shared.conn();
-        let free: redis::RedisResult<i64> = self
-            .kind
-            .available(&self.keys)
-            .invoke_async(&mut conn)
-            .await;
-        match free {
+        let mut link = self.shared.link_for(&self.keys.key);
+        match link.available(&self.kind, &self.keys).await {
             Ok(free) => Ok(u32::try_from(free.max(0)).unwrap_or(u32::MAX)),
-            Err(e) => Err(self.mismatch(self.shared.redis_error(
+            Err(e) => Err(self.mismatch(self.shared.store_error(
                 self.name(),
                 &self.keys.key,
                 "available",
@@ -198,6 +193,10 @@ impl Semaphore {
     fn mismatch(&self, e: LockError) -> LockError {
         let stored = match &e {
             LockError::Redis { source, .. } => kind::stored_permits(source),
+            #[cfg(feature = "postgres")]
+            LockError::Store { source, .. } => source
+                .downcast_ref::<crate::store::postgres::errors::PgError>()
+                .and_then(|e| e.stored_permits()),
             _ => None,
         };
         let Some(stored) = stored else {
@@ -208,7 +207,7 @@ impl Semaphore {
             name,
             format!(
                 "semaphore `{name}` is in use with {stored} permits, this handle was made with {}; \
-                 every client must use the same count (Redis keeps it while any permit is held, \
+                 every client must use the same count (the store keeps it while any permit is held, \
                  so it can change once all permits are given back or expired)",
                 self.kind.permits
             ),

@@ -609,7 +609,7 @@ impl Acquire<'_> {
         // A release of this key this client wrote is answered first: on its own connection,
         // this request could overtake it (see `machinery/written.rs`).
         self.shared.written_settled(&self.keys.key).await;
-        let mut conn = (self.shared.sync_conn.get(sync, Purpose::Acquire).await)
+        let mut conn = (self.shared.sync_conn()?.get(sync, Purpose::Acquire).await)
             .map_err(|e| self.redis_error("acquire", e))?;
         let orphan = Orphan::new(
             self.shared,

@@ -26,16 +26,29 @@ use crate::machinery::waiters::{WaiterSettings, Waiters, DEFAULT_HEALTH_INTERVAL
 use crate::machinery::watchdog::Watchdog;
 use crate::machinery::written::Written;
 use crate::machinery::{failover_watch, primary_switch};
+use crate::machinery::watchdog::Renewer;
+#[cfg(feature = "postgres")]
+use crate::settings::{is_postgres_url, Target};
 use crate::settings::{Bounds, ReplicaSync, Settings};
 use crate::store::error::StoreError;
 use crate::store::link::Link;
 
+/// The store behind a client.
+enum Backing {
+    Redis {
+        pool: Arc<Pool>,
+        /// The connection for replica-synced calls (opened on first use).
+        sync_conn: Arc<SyncConn>,
+    },
+    #[cfg(feature = "postgres")]
+    Postgres(Arc<crate::store::postgres::store::PgStore>),
+}
+
 pub(crate) struct Shared {
     /// The URL(s) with any password removed, for error messages.
     pub(crate) url: String,
-    pool: Arc<Pool>,
-    /// The connection for replica-synced calls (opened on first use).
-    pub(crate) sync_conn: Arc<SyncConn>,
+    /// Where the locks are kept: Redis (its connections) or PostgreSQL.
+    backing: Backing,
     /// The default of every lock for replica-synced writes.
     pub(crate) sync: Option<ReplicaSync>,
     /// Stops the watchdog, the failover watch and the subscriber (shutdown).
@@ -76,6 +89,18 @@ pub(crate) struct Shared {
 impl Shared {
     /// Opens the connections of the builder's deployment and starts the background work.
     pub(crate) async fn connect(b: Settings) -> Result<Arc<Self>, LockError> {
+        #[cfg(feature = "postgres")]
+        if let Target::Single(url) = &b.target {
+            if is_postgres_url(url) {
+                let url = url.clone();
+                return Self::connect_postgres(b, &url).await;
+            }
+        }
+        Self::connect_redis(b).await
+    }
+
+    /// [`Shared::connect`] to Redis: one server, a cluster or a Sentinel-managed primary.
+    async fn connect_redis(b: Settings) -> Result<Arc<Self>, LockError> {
         let topology = Topology::from_settings(&b)?;
         let url = topology.display_url();
         let connect_err = |source| LockError::Connect {
@@ -111,8 +136,10 @@ impl Shared {
         // server may have restarted or failed over, so every hold is checked at once.
         let stop = CancellationToken::new();
         let watchdog = Arc::new(Watchdog::start(
-            pool.clone(),
-            sync_conn.clone(),
+            Renewer::Redis {
+                pool: pool.clone(),
+                sync: sync_conn.clone(),
+            },
             url.clone(),
             bg.handle(),
             stop.clone(),
@@ -169,8 +196,7 @@ impl Shared {
             sharded_pubsub,
             watchdog,
             url,
-            pool,
-            sync_conn,
+            backing: Backing::Redis { pool, sync_conn },
             sync: b.sync,
             stop,
             closed: AtomicBool::new(false),
@@ -195,34 +221,76 @@ impl Shared {
 
     /// A command connection, round-robin. Clones share the underlying socket, so a command
     /// sent on a clone is ordered after everything sent earlier on it (used by orphan cleanup).
-    pub(crate) fn conn(&self) -> Conn {
-        self.pool.get()
+    /// Fails for a store other than Redis (the Redis-only features: stock, the fenced write).
+    pub(crate) fn conn(&self) -> Result<Conn, LockError> {
+        match &self.backing {
+            Backing::Redis { pool, .. } => Ok(pool.get()),
+            #[cfg(feature = "postgres")]
+            Backing::Postgres(_) => Err(LockError::invalid(
+                "",
+                format!(
+                    "this operation (SegmentedStock, Redisson kinds, inspect) needs Redis; this client's store is PostgreSQL ({})",
+                    self.url
+                ),
+            )),
+        }
+    }
+
+    /// The connection for replica-synced calls (Redis only; a PostgreSQL client refuses
+    /// `synced_replicas` when it is built).
+    pub(crate) fn sync_conn(&self) -> Result<&Arc<SyncConn>, LockError> {
+        match &self.backing {
+            Backing::Redis { sync_conn, .. } => Ok(sync_conn),
+            #[cfg(feature = "postgres")]
+            Backing::Postgres(_) => Err(LockError::invalid(
+                "",
+                "synced_replicas needs Redis; this client's store is PostgreSQL",
+            )),
+        }
+    }
+
+    /// Which store this client keeps its locks in: "redis" or "postgres".
+    pub(crate) fn store_name(&self) -> &'static str {
+        match &self.backing {
+            Backing::Redis { .. } => "redis",
+            #[cfg(feature = "postgres")]
+            Backing::Postgres(_) => "postgres",
+        }
     }
 
     /// The command connection for requests about `key` (see `Pool::for_key`): an acquire
     /// and a release of one key go over the same socket, in order.
-    pub(crate) fn conn_for(&self, key: &str) -> Conn {
-        self.pool.for_key(key)
+    fn conn_for(pool: &Pool, key: &str) -> Conn {
+        pool.for_key(key)
     }
 
-    /// A connection driven by the client's own thread (see `Pool::background`).
-    pub(crate) fn background_conn(&self) -> Conn {
-        self.pool.background()
-    }
 
     /// The store link for requests about `key` (see [`Shared::conn_for`]).
     pub(crate) fn link_for(&self, key: &str) -> Link {
-        Link::Redis(self.conn_for(key))
+        match &self.backing {
+            Backing::Redis { pool, .. } => Link::Redis(Self::conn_for(pool, key)),
+            #[cfg(feature = "postgres")]
+            Backing::Postgres(store) => Link::Postgres(store.link_for(key)),
+        }
     }
 
     /// A store link, round-robin (see [`Shared::conn`]).
     pub(crate) fn link(&self) -> Link {
-        Link::Redis(self.conn())
+        match &self.backing {
+            Backing::Redis { pool, .. } => Link::Redis(pool.get()),
+            #[cfg(feature = "postgres")]
+            Backing::Postgres(store) => Link::Postgres(store.any_link()),
+        }
     }
 
-    /// A store link driven by the client's own thread (see [`Shared::background_conn`]).
+    /// A store link driven by the client's own thread (see `Pool::background`; every
+    /// PostgreSQL connection is).
     pub(crate) fn background_link(&self) -> Link {
-        Link::Redis(self.background_conn())
+        match &self.backing {
+            Backing::Redis { pool, .. } => Link::Redis(pool.background()),
+            #[cfg(feature = "postgres")]
+            Backing::Postgres(store) => Link::Postgres(store.any_link()),
+        }
     }
 
     /// Turns a store's error into a `LockError` naming the lock and the operation.

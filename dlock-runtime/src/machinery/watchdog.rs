@@ -102,14 +102,13 @@ pub(crate) struct Watchdog {
 impl Watchdog {
     /// Runs until the client is gone or `stop` is cancelled.
     pub(crate) fn start(
-        pool: Arc<Pool>,
-        sync: Arc<SyncConn>,
+        renewer: Renewer,
         url: String,
         rt: &Handle,
         stop: CancellationToken,
     ) -> Self {
         let shared = Arc::new(Shared::default());
-        let task = run(Arc::downgrade(&shared), pool, sync, url);
+        let task = run(Arc::downgrade(&shared), renewer, url);
         rt.spawn(async move { stop.run_until_cancelled(task).await });
         Watchdog { shared }
     }
@@ -216,7 +215,19 @@ impl Watchdog {
     }
 }
 
-async fn run(shared: Weak<Shared>, pool: Arc<Pool>, sync: Arc<SyncConn>, url: String) {
+/// Where renewals go.
+pub(crate) enum Renewer {
+    /// Redis: its connections, and the one for replica-synced renewals.
+    Redis {
+        pool: Arc<Pool>,
+        sync: Arc<SyncConn>,
+    },
+    /// PostgreSQL: one statement per kind and chunk renews every hold in it.
+    #[cfg(feature = "postgres")]
+    Postgres(Arc<crate::store::postgres::store::PgStore>),
+}
+
+async fn run(shared: Weak<Shared>, renewer: Renewer, url: String) {
     loop {
         let Some(s) = shared.upgrade() else { return };
         let now = Instant::now();
@@ -244,13 +255,26 @@ async fn run(shared: Weak<Shared>, pool: Arc<Pool>, sync: Arc<SyncConn>, url: St
         // its own holds a retry; this outer bound only guards against a bug.
         let outer = batch.iter().map(|h| h.lease / 3).max().unwrap_or_default() + SLOT_MAP_BOUND;
         let asked = s.renew_all_asked.load(std::sync::atomic::Ordering::Acquire);
-        let results = tokio::time::timeout(outer, renew(&mut pool.background(), &sync, &batch))
+        let renewed = async {
+            match &renewer {
+                Renewer::Redis { pool, sync } => renew(&mut pool.background(), sync, &batch).await,
+                #[cfg(feature = "postgres")]
+                Renewer::Postgres(store) => renew_postgres(store, &batch).await,
+            }
+        };
+        let results = tokio::time::timeout(outer, renewed)
             .await
             .unwrap_or_else(|_| vec![None; batch.len()]);
         let gone = apply(&s, &batch, results, (now, asked), &url);
         if !gone.is_empty() {
             let limit = batch.iter().map(|h| h.lease / 3).min().unwrap_or_default();
-            let _ = tokio::time::timeout(limit, announce_gone(&mut pool.background(), gone)).await;
+            // On PostgreSQL a lost hold's row is gone or another owner's: nothing to announce
+            // that its next release or expiry will not.
+            #[allow(irrefutable_let_patterns)] // without the `postgres` feature
+            if let Renewer::Redis { pool, .. } = &renewer {
+                let mut conn = pool.background();
+                let _ = tokio::time::timeout(limit, announce_gone(&mut conn, gone)).await;
+            }
         }
     }
 }
@@ -320,6 +344,43 @@ async fn renew(conn: &mut Conn, sync: &SyncConn, batch: &[Arc<Hold>]) -> Vec<Opt
             (idx, out)
         }
     });
+    let mut results = vec![None; batch.len()];
+    for (idx, out) in futures_util::future::join_all(calls).await {
+        for (i, r) in idx.into_iter().zip(out) {
+            results[i] = r;
+        }
+    }
+    results
+}
+
+/// Renews `batch` on PostgreSQL: one statement per kind and chunk, each bounded like a Redis
+/// renew call (see [`call_bound`]).
+#[cfg(feature = "postgres")]
+async fn renew_postgres(
+    store: &crate::store::postgres::store::PgStore,
+    batch: &[Arc<Hold>],
+) -> Vec<Option<bool>> {
+    // `chunks` keeps one kind per chunk.
+    let calls = chunks(batch, (0..batch.len()).collect())
+        .into_iter()
+        .map(|idx| {
+            let holds: Vec<Arc<Hold>> = idx.iter().map(|&i| batch[i].clone()).collect();
+            let link = store.any_link();
+            async move {
+                telemetry::renew_call();
+                let claims: Vec<&crate::kinds::Claim> = holds.iter().map(|h| &h.claim).collect();
+                let call = link.renew(&*holds[0].kind, &claims);
+                let out = match tokio::time::timeout(call_bound(&holds), call).await {
+                    Ok(Ok(v)) => v.into_iter().map(outcome).collect(),
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, locks = holds.len(), "dlock watchdog renewal failed");
+                        vec![None; holds.len()]
+                    }
+                    Err(_) => vec![None; holds.len()],
+                };
+                (idx, out)
+            }
+        });
     let mut results = vec![None; batch.len()];
     for (idx, out) in futures_util::future::join_all(calls).await {
         for (i, r) in idx.into_iter().zip(out) {

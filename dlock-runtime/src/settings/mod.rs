@@ -115,6 +115,18 @@ pub(crate) struct Settings {
     pub(crate) functions: bool,
     /// Every lock's default for replica-synced writes (`None`: asynchronous replication).
     pub(crate) sync: Option<ReplicaSync>,
+    /// The PostgreSQL schema dlock's tables and functions live in (a `postgres://` target).
+    pub(crate) postgres_schema: String,
+}
+
+/// The schema of a PostgreSQL store unless the builder names another.
+pub(crate) const DEFAULT_POSTGRES_SCHEMA: &str = "dlock";
+
+/// Whether `url` names a PostgreSQL server (`postgres://` or `postgresql://`): the store is
+/// chosen by the URL's scheme, so user code stays the same.
+pub(crate) fn is_postgres_url(url: &str) -> bool {
+    let scheme = url.split_once("://").map_or("", |(s, _)| s);
+    scheme.eq_ignore_ascii_case("postgres") || scheme.eq_ignore_ascii_case("postgresql")
 }
 
 impl Settings {
@@ -137,7 +149,28 @@ impl Settings {
             master_auth: (None, None),
             functions: true,
             sync: None,
+            postgres_schema: DEFAULT_POSTGRES_SCHEMA.to_owned(),
         }
+    }
+
+    /// Refuses, for a PostgreSQL store, the settings only Redis has, and a build without the
+    /// store.
+    fn validate_postgres(&self) -> Result<(), LockError> {
+        let bad = |reason: String| Err(LockError::invalid("", reason));
+        if !cfg!(feature = "postgres") {
+            return bad("a postgres:// URL needs dlock's `postgres` cargo feature (features = [\"postgres\"] on the dlock dependency)".into());
+        }
+        if self.sync.is_some() {
+            return bad("synced_replicas is a Redis setting (WAIT); on PostgreSQL use synchronous_commit and synchronous_standby_names on the server".into());
+        }
+        if self.tls_root.is_some() {
+            return bad("tls_root_certificate is not supported by the PostgreSQL store yet: it connects without TLS (use a loopback or private network, or a TLS-terminating proxy)".into());
+        }
+        let name = &self.postgres_schema;
+        if name.is_empty() || name.len() > 63 {
+            return bad(format!("postgres_schema `{name}` must be 1 to 63 bytes (a PostgreSQL identifier)"));
+        }
+        Ok(())
     }
 
     /// Refuses settings no client can work with, naming the setting.
@@ -153,6 +186,7 @@ impl Settings {
             Target::Sentinel { master, .. } if master.is_empty() => {
                 return bad("a sentinel client needs the master's name".into());
             }
+            Target::Single(url) if is_postgres_url(url) => self.validate_postgres()?,
             _ => {}
         }
         if self.handoff.limit > MAX_HANDOFFS {

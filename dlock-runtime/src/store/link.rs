@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::backend::conn::Conn;
 use crate::backend::names::LockKeys;
-use crate::kinds::{Attempt, Claim, LockKind};
+use crate::kinds::{Attempt, Claim, LockKind, Semaphore};
 use crate::store::error::StoreError;
 
 /// One connection to the store. Requests sent on one link run in the order they were sent
@@ -13,10 +13,7 @@ use crate::store::error::StoreError;
 #[derive(Clone)]
 pub(crate) enum Link {
     Redis(Conn),
-    // Sent to by every operation below; opened once `Shared` connects to a PostgreSQL store,
-    // the seam's next step (issue 30).
     #[cfg(feature = "postgres")]
-    #[allow(dead_code)]
     Postgres(crate::store::postgres::link::PgLink),
 }
 
@@ -144,6 +141,24 @@ impl Link {
                 .map_err(StoreError::Redis),
             #[cfg(feature = "postgres")]
             Link::Postgres(link) => (link.exists(kind, key).await).map_err(StoreError::Postgres),
+        }
+    }
+
+    /// How many permits of the semaphore `keys` are free now (holders past their lease count
+    /// as free).
+    pub(crate) async fn available(
+        &mut self,
+        semaphore: &Semaphore,
+        keys: &LockKeys,
+    ) -> Result<i64, StoreError> {
+        match self {
+            Link::Redis(conn) => (semaphore.available(keys))
+                .invoke_async(conn)
+                .await
+                .map_err(StoreError::Redis),
+            #[cfg(feature = "postgres")]
+            Link::Postgres(link) => (link.available(semaphore.permits, &keys.key).await)
+                .map_err(StoreError::Postgres),
         }
     }
 

@@ -74,8 +74,9 @@ impl SegmentedStock {
     /// of a segment's records (blocking that segment's Redis for the while): an operator's
     /// tool, not a per-request check.
     pub async fn audit(&self) -> Result<Audit, LockError> {
+        let conn = self.shared.conn()?;
         let segments = try_join_all(self.keys.iter().enumerate().map(|(i, k)| {
-            let mut conn = self.shared.conn();
+            let mut conn = conn.clone();
             async move {
                 let figures: Vec<i64> = scripts::STOCK_AUDIT
                     .key(&k.stock)

@@ -213,7 +213,7 @@ impl SegmentedStock {
             )));
         }
         let n = u64::from(self.segments());
-        let mut conn = self.shared.conn();
+        let mut conn = self.shared.conn()?;
         let (created, old_total, old_segments): (i64, u64, u64) = scripts::STOCK_META
             .key(&self.meta)
             .arg(total)
@@ -232,9 +232,10 @@ impl SegmentedStock {
             return Ok(Init::Existing { total: old_total });
         }
         self.view.clear();
+        let conn = self.shared.conn()?;
         try_join_all(self.keys.iter().enumerate().map(|(i, k)| {
             let units = total / n + u64::from((i as u64) < total % n);
-            let mut conn = self.shared.conn();
+            let mut conn = conn.clone();
             async move {
                 scripts::STOCK_INIT
                     .key(&k.stock)
@@ -257,8 +258,9 @@ impl SegmentedStock {
 
     /// Every segment's level; feeds the drained view.
     pub(super) async fn levels(&self) -> Result<Vec<u64>, LockError> {
+        let conn = self.shared.conn()?;
         try_join_all(self.keys.iter().enumerate().map(|(i, k)| {
-            let mut conn = self.shared.conn();
+            let mut conn = conn.clone();
             async move {
                 let left: Option<u64> = redis::cmd("HGET")
                     .arg(&k.stock)
