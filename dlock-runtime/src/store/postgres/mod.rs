@@ -2,3 +2,6 @@
 //! back, releases announced with NOTIFY.
 
 pub(crate) mod channel;
+// Not used until the store is wired into `Waiters` (issue 30, in progress).
+#[allow(dead_code)]
+pub(crate) mod listen;
