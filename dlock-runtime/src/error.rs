@@ -99,6 +99,26 @@ pub enum LockError {
         source: redis::RedisError,
     },
 
+    /// A store other than Redis (PostgreSQL) could not be reached, was not ready, or refused
+    /// a request. `fault` says which: a caller may retry the first two.
+    #[error("{store} at {url} failed during {op}{}: {source}", of_subject(.name, .op))]
+    Store {
+        /// The lock's name (empty for client-level operations).
+        name: String,
+        /// What dlock was doing: "acquire", "release", "renew", ...
+        op: &'static str,
+        /// Which store: "postgres".
+        store: &'static str,
+        /// The store's URL (password removed).
+        url: String,
+        /// Which kind of failure this was.
+        fault: StoreFault,
+        /// The cause: its message says what failed and why (for a refusal, the server's
+        /// message and SQLSTATE); its own source, when there is one, is the store client's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
     /// Could not connect to Redis at all when building the client.
     #[error("cannot connect to redis at {url}: {source}")]
     Connect {
@@ -168,6 +188,7 @@ impl LockError {
             LockError::Timeout { name, .. }
             | LockError::NotHeld { name }
             | LockError::Redis { name, .. }
+            | LockError::Store { name, .. }
             | LockError::NotSynced { name, .. }
             | LockError::Closed { name, .. }
             | LockError::WrongType { name, .. }
@@ -309,4 +330,19 @@ mod tests {
             "timed out after 5.00 s waiting for lock `job` (held by another owner)"
         );
     }
+}
+
+/// What kind of failure a [`LockError::Store`] was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreFault {
+    /// The connection broke, was refused or did not answer in time: the request may or may
+    /// not have run.
+    Unreachable,
+    /// The server answered "not now" (starting up, in recovery, a standby not yet promoted,
+    /// a serialization conflict): nothing ran, and the same request can be sent again.
+    NotNow,
+    /// The server refused the request (missing rights, a missing schema, bad input): sending it
+    /// again gives the same answer.
+    Refused,
 }

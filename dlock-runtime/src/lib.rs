@@ -331,7 +331,7 @@ mod store;
 pub mod testing;
 
 pub use backend::names::{cluster_slot, KeyPart};
-pub use error::LockError;
+pub use error::{LockError, StoreFault};
 pub use handles::blocking;
 pub use handles::builder::LockClientBuilder;
 pub use handles::client::LockClient;

@@ -50,10 +50,11 @@ fn macro_files_import_no_cycle() {
 
 /// The runtime's layers, bottom first (ARCHITECTURE.md): a file may import its own layer and
 /// the ones below. `lib.rs` declares and re-exports them all; `testing` is a feature of its own.
-const LAYERS: [&str; 6] = [
+const LAYERS: [&str; 7] = [
     "settings",
     "backend",
     "kinds",
+    "store",
     "machinery",
     "handles",
     "testing",

@@ -18,6 +18,9 @@ pub(crate) use fair::Fair;
 pub(crate) use plain::Plain;
 pub(crate) use redisson::RedissonLock;
 pub(crate) use redisson_rw::{RedissonRead, RedissonWrite};
+/// The PostgreSQL store passes the writer's claim lifetime as a value.
+#[cfg(feature = "postgres")]
+pub(crate) use rw::WRITER_INTENT;
 pub(crate) use rw::{Read, Write};
 pub(crate) use seam::{Attempt, Claim, LockKind, Nested};
 pub(crate) use semaphore::{stored_permits, Semaphore};

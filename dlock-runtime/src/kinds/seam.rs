@@ -143,6 +143,13 @@ pub(crate) trait LockKind: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// The permit count of a counted kind (the semaphore), for stores that pass it as a value
+    /// rather than build it into a call (PostgreSQL); `None` for every other kind.
+    #[cfg(feature = "postgres")]
+    fn permits(&self) -> Option<u32> {
+        None
+    }
+
     /// Whether [`LockKind::renew`] supports `cross_slot` (one call per cluster node). Kinds
     /// without it are renewed one call per slot.
     fn renews_per_node(&self) -> bool {

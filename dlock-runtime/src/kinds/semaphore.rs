@@ -79,6 +79,11 @@ impl LockKind for Semaphore {
         Nested::Refuse("a semaphore permit is not re-entrant; this call chain already holds one")
     }
 
+    #[cfg(feature = "postgres")]
+    fn permits(&self) -> Option<u32> {
+        Some(self.permits)
+    }
+
     fn acquire(&self, hold: &Claim, _reentry: Option<&str>, _latch_ttl: Duration) -> Call<'static> {
         let mut call = ACQUIRE.key(&hold.keys.key);
         call.key(permits_key(&hold.keys))

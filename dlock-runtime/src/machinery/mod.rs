@@ -6,6 +6,7 @@
 //! `primary_switch`, `shared`,
 //! `orphan`, `release`, `shutdown`.
 
+pub(crate) mod acquire;
 pub(crate) mod failover_watch;
 pub(crate) mod gate;
 pub(crate) mod hold;

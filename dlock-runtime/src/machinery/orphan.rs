@@ -3,45 +3,48 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::conn::Conn;
-use crate::backend::retry::{self, Backoff};
-use crate::backend::script::Call;
+use crate::backend::retry::Backoff;
+use crate::kinds::{Claim, LockKind};
 use crate::machinery::hold::Hold;
 use crate::machinery::shared::Shared;
 use crate::machinery::watchdog::FirstRenewal;
+use crate::store::link::Link;
 
 /// Armed while an acquire request may be on the wire. Dropped armed (the caller's future was
 /// dropped, or the reply was lost), it undoes whatever the server may have granted: the owner
-/// id is known before sending, so "release if I am the owner" is always safe to send. The undo
-/// is built up front, so Drop only has to send it.
+/// id is known before sending, so "release if I am the owner" is always safe to send.
 pub(crate) struct Orphan {
     shared: Arc<Shared>,
-    conn: Conn,
-    key: String,
-    /// The longest the grant being undone can live: the undo keeps trying that long.
-    lease: Duration,
-    undo: Option<Call<'static>>,
+    link: Link,
+    kind: Arc<dyn LockKind>,
+    claim: Claim,
+    undo: Option<Undo>,
+}
+
+/// What undoes an acquire.
+enum Undo {
+    /// The re-entry with this marker, if it ran.
+    Reentry(String),
+    /// The owner's hold, at most once per this latch.
+    Release(String),
 }
 
 impl Orphan {
     pub(crate) fn new(
         shared: &Arc<Shared>,
-        conn: Conn,
+        link: Link,
         hold: &Hold,
         reentry_marker: Option<String>,
     ) -> Self {
         let undo = match reentry_marker {
-            Some(marker) => hold.kind.undo_reentry(hold, &marker),
-            None => {
-                let latch = format!("{}{}", hold.keys.latch_prefix, shared.unique_id());
-                hold.kind.release(hold, &latch, shared.latch_ttl)
-            }
+            Some(marker) => Undo::Reentry(marker),
+            None => Undo::Release(format!("{}{}", hold.keys.latch_prefix, shared.unique_id())),
         };
         Orphan {
             shared: shared.clone(),
-            conn,
-            key: hold.keys.key.clone(),
-            lease: hold.lease,
+            link,
+            kind: hold.kind.clone(),
+            claim: hold.claim.clone(),
             undo: Some(undo),
         }
     }
@@ -56,33 +59,47 @@ impl Drop for Orphan {
         let Some(undo) = self.undo.take() else {
             return;
         };
-        // Same connection as the acquire: Redis runs it after the acquire, if that was sent.
-        let mut conn = self.conn.clone();
-        let mut fallback = self.shared.background_conn();
-        let key = std::mem::take(&mut self.key);
-        let horizon = self.lease.saturating_add(Duration::from_secs(2));
+        // Same connection as the acquire: the store runs it after the acquire, if that was sent.
+        let mut link = self.link.clone();
+        let mut fallback = self.shared.background_link();
+        let (kind, claim) = (self.kind.clone(), self.claim.clone());
+        let latch_ttl = self.shared.latch_ttl;
+        // The longest the grant being undone can live: the undo keeps trying that long.
+        let horizon = claim.lease.saturating_add(Duration::from_secs(2));
         // On the client's thread, so a future dropped anywhere (a plain thread, a runtime
         // shutting down) is still cleaned up.
         self.shared.bg.spawn_cleanup(async move {
             let started = tokio::time::Instant::now();
             let mut backoff = Backoff::new();
-            // Read as a bare value: releases answer a count or `{0, listeners}`, and only a
-            // failure to get an answer at all may be retried.
-            let mut result = undo.invoke_async::<redis::Value>(&mut conn).await;
-            // Tried again through passing faults (Redis down, restarting, still loading) for
-            // as long as the grant could live: a grant restored by a restart would otherwise
-            // stay held by nobody until its lease ends. Owner-conditional (an undo of a
-            // re-entry is marker-conditional), so it is safe to repeat. After the first try,
-            // on the client's own connection: the acquire's may be gone with its runtime.
+            let send = |link: &mut Link| {
+                let mut link = link.clone();
+                let (kind, claim) = (kind.clone(), &claim);
+                let undo = &undo;
+                async move {
+                    match undo {
+                        Undo::Reentry(marker) => link.undo_reentry(&*kind, claim, marker).await,
+                        Undo::Release(latch) => (link.release(&*kind, claim, latch, latch_ttl))
+                            .await
+                            .map(drop),
+                    }
+                }
+            };
+            let mut result = send(&mut link).await;
+            // Tried again through passing faults (the store down, restarting, still loading)
+            // for as long as the grant could live: a grant restored by a restart would
+            // otherwise stay held by nobody until its lease ends. Owner-conditional (an undo
+            // of a re-entry is marker-conditional), so it is safe to repeat. After the first
+            // try, on the client's own connection: the acquire's may be gone with its runtime.
             while let Err(e) = &result {
-                if !retry::is_transient(e) || started.elapsed() + backoff.peek() >= horizon {
+                if !e.is_transient() || started.elapsed() + backoff.peek() >= horizon {
                     break;
                 }
                 tokio::time::sleep(backoff.next_pause()).await;
-                result = undo.invoke_async::<redis::Value>(&mut fallback).await;
+                result = send(&mut fallback).await;
             }
+            let key = &claim.keys.key;
             match result {
-                Ok(r) => tracing::debug!(%key, result = ?r, "dlock: cleaned up after a cancelled acquire"),
+                Ok(()) => tracing::debug!(%key, "dlock: cleaned up after a cancelled acquire"),
                 Err(e) => tracing::warn!(%key, error = %e, "dlock: clean-up of a cancelled acquire failed; a possible hold expires with its TTL"),
             }
         });

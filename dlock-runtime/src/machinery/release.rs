@@ -43,7 +43,7 @@ use std::time::Duration;
 use tokio::runtime::RuntimeFlavor;
 use tokio::time::Instant;
 
-use crate::backend::retry::{self, Backoff};
+use crate::backend::retry::Backoff;
 use crate::backend::thread::Running;
 use crate::error::LockError;
 use crate::machinery::gate::{GatePass, Handed};
@@ -52,6 +52,8 @@ use crate::machinery::shared::Shared;
 use crate::machinery::telemetry;
 use crate::machinery::written::InFlight;
 use crate::settings::LOCAL_TOKENS;
+use crate::store::error::{self as store_error, StoreError};
+use crate::store::link::Released;
 
 /// The fencing token of a hold Redis granted with counter value `redis`.
 pub(crate) fn token_from_redis(redis: u64) -> u64 {
@@ -65,6 +67,11 @@ pub(crate) async fn release(shared: &Arc<Shared>, hold: &Arc<Hold>) -> Result<()
     let Some(last) = begin_release(shared, hold) else {
         return Ok(());
     };
+    // A dropped guard's release of this key, on the client's thread, goes first: else this one
+    // could overtake it, and the caller's last release would leave the count it gave back.
+    if shared.written.in_flight(&hold.keys.key) {
+        shared.written_settled(&hold.keys.key).await;
+    }
     Pending::new(shared, hold, last).run().await
 }
 
@@ -76,6 +83,10 @@ pub(crate) async fn release_written(shared: &Arc<Shared>, hold: &Arc<Hold>) {
     let Some(last) = begin_release(shared, hold) else {
         return;
     };
+    // As in `release`: a dropped guard's release of this key goes first.
+    if shared.written.in_flight(&hold.keys.key) {
+        shared.written_settled(&hold.keys.key).await;
+    }
     Pending::new(shared, hold, last).send_written().await;
 }
 
@@ -83,7 +94,11 @@ pub(crate) async fn release_written(shared: &Arc<Shared>, hold: &Arc<Hold>) {
 /// cannot await, so renewals stop now and the release goes to the client's thread.
 pub(crate) fn drop_hold(shared: &Arc<Shared>, hold: &Arc<Hold>) {
     if let Some(last) = begin_release(shared, hold) {
-        Pending::new(shared, hold, last).spawn();
+        let mut pending = Pending::new(shared, hold, last);
+        // Counted until answered, so a release the caller awaits next (the enclosing guard's,
+        // after a re-entry's guard was dropped) waits for it instead of overtaking it.
+        pending.in_flight = Some(shared.written.begin(&hold.keys.key));
+        pending.spawn();
     }
 }
 
@@ -133,8 +148,7 @@ impl Pending {
         // A passing fault that outlasted the caller's patience (Redis restarting, loading its
         // data): the caller hears of it, and the release goes on in the background, with the
         // same request id, until Redis answers or the lease has ended (Drop sends it).
-        self.done =
-            !matches!(&result, Err(LockError::Redis { source, .. }) if retry::is_transient(source));
+        self.done = !matches!(&result, Err(e) if store_error::is_transient(e));
         result
     }
 
@@ -145,13 +159,11 @@ impl Pending {
     /// runtime shut down), this `Pending` goes to the client's thread like a dropped guard's.
     async fn send_written(mut self) {
         let shared = self.shared.clone();
-        let mut conn = shared.conn_for(&self.hold.keys.key);
-        let call = self
-            .hold
-            .kind
-            .release(&self.hold, &self.latch_key(), shared.latch_ttl);
+        let mut link = shared.link_for(&self.hold.keys.key);
+        let (hold, latch, latch_ttl) = (self.hold.clone(), self.latch_key(), shared.latch_ttl);
         let sent_at = Instant::now();
-        let mut first: Request = Box::pin(async move { call.invoke_async(&mut conn).await });
+        let mut first: Request =
+            Box::pin(async move { link.release(&*hold.kind, &hold, &latch, latch_ttl).await });
         let polled = std::future::poll_fn(|cx| Poll::Ready(first.as_mut().poll(cx))).await;
         let written = polled.is_pending();
         // Answered already (the thread was preempted between sending and looking, for longer
@@ -227,7 +239,7 @@ impl Pending {
 
 /// A release request already sent, whose reply is still to come (see
 /// [`Pending::send_written`]).
-type Request = std::pin::Pin<Box<dyn Future<Output = redis::RedisResult<redis::Value>> + Send>>;
+type Request = std::pin::Pin<Box<dyn Future<Output = Result<Released, StoreError>> + Send>>;
 
 /// A written release waiting for its reply. Fields drop in order: an unfinished `Pending` hands
 /// itself to the client's thread (a tracked clean-up) before this one stops being tracked, so a
@@ -315,10 +327,10 @@ async fn finish_release(
     if last {
         // Only now may the next task of this process try: the lock is free (or expiring). It
         // owes a waiter of another process a head start only if one may have heard the release.
-        let others_may_wait = !matches!(&result, Ok(r) if r.nobody_listened(shared));
+        let others_may_wait = !matches!(&result, Ok(r) if nobody_listened(r, shared));
         hold.release_gate(others_may_wait.then(|| sent_at.elapsed()));
     }
-    if matches!(&result, Ok(r) if r.publish_refused()) {
+    if matches!(&result, Ok(r) if publish_refused(r)) {
         tracing::warn!(lock = %hold.name, "dlock: released, but Redis refused the release's PUBLISH (does the ACL user lack rights on dlock's channels?); waiters of other clients wake at the lease's end");
     }
     match result.map(|r| r.left) {
@@ -386,7 +398,7 @@ pub(crate) async fn release_quietly(shared: &Arc<Shared>, hold: &Arc<Hold>) {
         ..Tries::background_last()
     };
     match release_script(shared, hold, &latch, tries, None, &Progress::starting()).await {
-        Err(LockError::Redis { source, .. }) if retry::is_transient(&source) => {
+        Err(e) if store_error::is_transient(&e) => {
             // Its one count: repeating it under another latch id changes nothing twice.
             spawn_release(shared.clone(), hold.clone());
         }
@@ -397,41 +409,16 @@ pub(crate) async fn release_quietly(shared: &Arc<Shared>, hold: &Arc<Hold>) {
     }
 }
 
-/// What a release script answered.
-struct Released {
-    /// Holds the owner has left (0: freed), -1 if it held none.
-    left: i64,
-    /// When this release freed the lock: how many subscribers its message reached (-1: Redis
-    /// refused the message). `None` when the script does not say (other kinds, a retry answered
-    /// from the latch).
-    listeners: Option<i64>,
+/// True when the release freed the lock but Redis refused its message (an ACL user without
+/// rights on the channel): the lock is free all the same.
+fn publish_refused(released: &Released) -> bool {
+    released.listeners == Some(-1)
 }
 
-impl Released {
-    /// The script's reply: the bare count, or `{0, listeners}` when the plain lock was freed.
-    fn decode(reply: redis::Value) -> redis::RedisResult<Self> {
-        let (left, listeners) = match reply {
-            redis::Value::Array(pair) => {
-                let (left, listeners): (i64, i64) =
-                    redis::FromRedisValue::from_redis_value(redis::Value::Array(pair))?;
-                (left, Some(listeners))
-            }
-            other => (redis::FromRedisValue::from_redis_value(other)?, None),
-        };
-        Ok(Released { left, listeners })
-    }
-
-    /// True when the release freed the lock but Redis refused its message (an ACL user
-    /// without rights on the channel): the lock is free all the same.
-    fn publish_refused(&self) -> bool {
-        self.listeners == Some(-1)
-    }
-
-    /// True when the release freed the lock and no subscriber was there to hear it, so no
-    /// other process was waiting for it. Only where PUBLISH counts every subscriber.
-    fn nobody_listened(&self, shared: &Shared) -> bool {
-        self.listeners == Some(0) && shared.publish_counts_all
-    }
+/// True when the release freed the lock and no subscriber was there to hear it, so no other
+/// process was waiting for it. Only where PUBLISH counts every subscriber.
+fn nobody_listened(released: &Released, shared: &Shared) -> bool {
+    released.listeners == Some(0) && shared.publish_counts_all
 }
 
 /// How long a release keeps trying through passing faults (see `backend/retry.rs`).
@@ -519,34 +506,30 @@ async fn release_script(
         let reply = match first.take() {
             Some(sent) => sent.await,
             None => {
-                let mut conn = if tries.background {
-                    inner.background_conn()
+                let mut link = if tries.background {
+                    inner.background_link()
                 } else {
-                    inner.conn_for(&hold.keys.key)
+                    inner.link_for(&hold.keys.key)
                 };
-                hold.kind
-                    .release(hold, &latch, inner.latch_ttl)
-                    .invoke_async(&mut conn)
-                    .await
+                (link.release(&*hold.kind, hold, &latch, inner.latch_ttl)).await
             }
         };
-        let reply: redis::RedisResult<Released> = reply.and_then(Released::decode);
         let e = match reply {
             Ok(released) => return Ok(released),
             Err(e) => e,
         };
-        if retry::is_link_error(&e) {
+        if e.is_link_error() {
             progress.maybe_ran.store(true, Ordering::Release);
         }
         let maybe_ran = progress.maybe_ran.load(Ordering::Acquire);
         let elapsed = progress.since.elapsed();
         let latch_remembers = tries.last || !maybe_ran || elapsed < inner.latch_ttl / 2;
-        let horizon = if retry::is_not_now(&e) {
+        let horizon = if e.is_not_now() {
             lease_horizon
         } else {
             link_horizon
         };
-        if retry::is_transient(&e) && latch_remembers {
+        if e.is_transient() && latch_remembers {
             if elapsed + backoff.peek() < horizon {
                 tracing::debug!(lock = %hold.name, error = %e, "dlock: retrying release");
                 tokio::time::sleep(backoff.next_pause()).await;
@@ -564,7 +547,7 @@ async fn release_script(
                 });
             }
         }
-        return Err(inner.redis_error(&hold.name, &hold.keys.key, "release", e));
+        return Err(inner.store_error(&hold.name, &hold.keys.key, "release", e));
     }
 }
 

@@ -27,6 +27,8 @@ use crate::machinery::watchdog::Watchdog;
 use crate::machinery::written::Written;
 use crate::machinery::{failover_watch, primary_switch};
 use crate::settings::{Bounds, ReplicaSync, Settings};
+use crate::store::error::StoreError;
+use crate::store::link::Link;
 
 pub(crate) struct Shared {
     /// The URL(s) with any password removed, for error messages.
@@ -208,6 +210,36 @@ impl Shared {
         self.pool.background()
     }
 
+    /// The store link for requests about `key` (see [`Shared::conn_for`]).
+    pub(crate) fn link_for(&self, key: &str) -> Link {
+        Link::Redis(self.conn_for(key))
+    }
+
+    /// A store link, round-robin (see [`Shared::conn`]).
+    pub(crate) fn link(&self) -> Link {
+        Link::Redis(self.conn())
+    }
+
+    /// A store link driven by the client's own thread (see [`Shared::background_conn`]).
+    pub(crate) fn background_link(&self) -> Link {
+        Link::Redis(self.background_conn())
+    }
+
+    /// Turns a store's error into a `LockError` naming the lock and the operation.
+    pub(crate) fn store_error(
+        &self,
+        name: &str,
+        key: &str,
+        op: &'static str,
+        e: StoreError,
+    ) -> LockError {
+        match e {
+            StoreError::Redis(e) => self.redis_error(name, key, op, e),
+            #[cfg(feature = "postgres")]
+            StoreError::Postgres(e) => e.into_lock_error(name, op, &self.url),
+        }
+    }
+
     /// An id unique across every client and process: this client's random id plus a sequence
     /// number. Used for owners, release request ids and re-entry markers; a bare sequence
     /// number would let two clients answer each other's release from the latch.
@@ -244,6 +276,13 @@ impl Shared {
     }
 
     /// Turns a redis-rs error into a `LockError` naming the lock and the operation.
+    /// Waits for this client's written releases of `key` to be answered (see `written.rs`), at
+    /// most the response timeout: a release that the store does not answer (it is down) goes
+    /// on in the background, and what follows finds out for itself.
+    pub(crate) async fn written_settled(&self, key: &str) {
+        let _ = tokio::time::timeout(self.response_timeout, self.written.settled(key)).await;
+    }
+
     pub(crate) fn redis_error(
         &self,
         name: &str,

@@ -25,9 +25,17 @@ mod tests {
         let long = "x".repeat(10_000);
         let name = pg_channel(&long);
         assert!(name.len() <= 63, "{name}");
-        assert!(name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'));
-        assert_eq!(pg_channel("dlock:{a}:released"), pg_channel("dlock:{a}:released"));
-        assert_ne!(pg_channel("dlock:{a}:released"), pg_channel("dlock:{b}:released"));
+        assert!(name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'));
+        assert_eq!(
+            pg_channel("dlock:{a}:released"),
+            pg_channel("dlock:{a}:released")
+        );
+        assert_ne!(
+            pg_channel("dlock:{a}:released"),
+            pg_channel("dlock:{b}:released")
+        );
         // FNV-1a of the empty string is its offset basis.
         assert_eq!(pg_channel(""), "dlock_cbf29ce484222325");
     }

@@ -1,0 +1,162 @@
+//! [`Link`]: one ordered connection to the store, and the operations the machinery sends on it.
+
+use std::time::Duration;
+
+use crate::backend::conn::Conn;
+use crate::backend::names::LockKeys;
+use crate::kinds::{Attempt, Claim, LockKind};
+use crate::store::error::StoreError;
+
+/// One connection to the store. Requests sent on one link run in the order they were sent
+/// (an undo after the acquire it undoes; an acquire after this client's release of the key).
+/// Clones share the connection.
+#[derive(Clone)]
+pub(crate) enum Link {
+    Redis(Conn),
+    // Sent to by every operation below; opened once `Shared` connects to a PostgreSQL store,
+    // the seam's next step (issue 30).
+    #[cfg(feature = "postgres")]
+    #[allow(dead_code)]
+    Postgres(crate::store::postgres::link::PgLink),
+}
+
+/// What a release answered.
+#[derive(Debug)]
+pub(crate) struct Released {
+    /// Holds the owner has left (0: freed), -1 if it held none.
+    pub(crate) left: i64,
+    /// When this release freed the lock: how many subscribers its message reached (-1: Redis
+    /// refused the message, -2: the store cannot tell). `None` when the store does not say
+    /// (other kinds, a retry answered from the latch).
+    pub(crate) listeners: Option<i64>,
+}
+
+impl Released {
+    /// A Redis release script's reply: the bare count, or `{0, listeners}` when the plain lock
+    /// was freed.
+    fn decode(reply: redis::Value) -> redis::RedisResult<Self> {
+        let (left, listeners) = match reply {
+            redis::Value::Array(pair) => {
+                let (left, listeners): (i64, i64) =
+                    redis::FromRedisValue::from_redis_value(redis::Value::Array(pair))?;
+                (left, Some(listeners))
+            }
+            other => (redis::FromRedisValue::from_redis_value(other)?, None),
+        };
+        Ok(Released { left, listeners })
+    }
+}
+
+impl Link {
+    /// Takes the lock of `kind` for `claim.owner`, or re-enters it when `reentry` (a marker
+    /// that lets a cancelled re-entry be undone once) is given.
+    pub(crate) async fn acquire(
+        &mut self,
+        kind: &dyn LockKind,
+        claim: &Claim,
+        reentry: Option<&str>,
+        latch_ttl: Duration,
+    ) -> Result<Attempt, StoreError> {
+        let reply = match self {
+            Link::Redis(conn) => (kind.acquire(claim, reentry, latch_ttl))
+                .invoke_async::<(i64, i64)>(conn)
+                .await
+                .map_err(StoreError::Redis)?,
+            #[cfg(feature = "postgres")]
+            Link::Postgres(link) => (link.acquire(kind, claim, reentry, latch_ttl).await)
+                .map_err(StoreError::Postgres)?,
+        };
+        Ok(kind.decode_acquire(reply))
+    }
+
+    /// Gives back one hold of `claim.owner`, at most once per `latch` (a release request id).
+    pub(crate) async fn release(
+        &mut self,
+        kind: &dyn LockKind,
+        claim: &Claim,
+        latch: &str,
+        latch_ttl: Duration,
+    ) -> Result<Released, StoreError> {
+        match self {
+            Link::Redis(conn) => (kind.release(claim, latch, latch_ttl))
+                .invoke_async::<redis::Value>(conn)
+                .await
+                .and_then(Released::decode)
+                .map_err(StoreError::Redis),
+            #[cfg(feature = "postgres")]
+            Link::Postgres(link) => {
+                let (left, listeners) = (link.release(kind, claim, latch, latch_ttl).await)
+                    .map_err(StoreError::Postgres)?;
+                Ok(Released { left, listeners })
+            }
+        }
+    }
+
+    /// Undoes a re-entry whose caller never saw the reply, if its marker says it ran.
+    pub(crate) async fn undo_reentry(
+        &mut self,
+        kind: &dyn LockKind,
+        claim: &Claim,
+        marker: &str,
+    ) -> Result<(), StoreError> {
+        match self {
+            Link::Redis(conn) => (kind.undo_reentry(claim, marker))
+                .invoke_async::<redis::Value>(conn)
+                .await
+                .map(drop)
+                .map_err(StoreError::Redis),
+            #[cfg(feature = "postgres")]
+            Link::Postgres(link) => (link.undo_reentry(kind, claim, marker).await)
+                .map(drop)
+                .map_err(StoreError::Postgres),
+        }
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters: 1 if it was held.
+    pub(crate) async fn force_unlock(
+        &mut self,
+        kind: &dyn LockKind,
+        keys: &LockKeys,
+    ) -> Result<i64, StoreError> {
+        match self {
+            Link::Redis(conn) => (kind.force_unlock(keys))
+                .invoke_async(conn)
+                .await
+                .map_err(StoreError::Redis),
+            #[cfg(feature = "postgres")]
+            Link::Postgres(link) => {
+                (link.force_unlock(kind, keys).await).map_err(StoreError::Postgres)
+            }
+        }
+    }
+
+    /// Whether anybody holds the lock `key` of `kind`.
+    pub(crate) async fn exists(
+        &mut self,
+        kind: &dyn LockKind,
+        key: &str,
+    ) -> Result<bool, StoreError> {
+        let _ = kind;
+        match self {
+            Link::Redis(conn) => (redis::cmd("EXISTS").arg(key))
+                .query_async(conn)
+                .await
+                .map_err(StoreError::Redis),
+            #[cfg(feature = "postgres")]
+            Link::Postgres(link) => (link.exists(kind, key).await).map_err(StoreError::Postgres),
+        }
+    }
+
+    /// The lease left on the lock `key` of `kind` in ms: -2 when free, -1 without expiry.
+    pub(crate) async fn pttl(&mut self, kind: &dyn LockKind, key: &str) -> Result<i64, StoreError> {
+        let _ = kind;
+        match self {
+            Link::Redis(conn) => (redis::cmd("PTTL").arg(key))
+                .query_async(conn)
+                .await
+                .map_err(StoreError::Redis),
+            #[cfg(feature = "postgres")]
+            Link::Postgres(link) => (link.pttl(kind, key).await).map_err(StoreError::Postgres),
+        }
+    }
+}

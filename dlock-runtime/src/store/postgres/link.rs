@@ -1,0 +1,462 @@
+//! `PgLink`: one connection of the store, and the ops the machinery sends through it. Each op
+//! is one call of one of dlock's SQL functions in autocommit (so it works through a
+//! transaction-mode pooler), with replies shaped like the Lua scripts' so the decoders in
+//! `kinds/` read them unchanged. Every call is bounded by the response timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_postgres::types::{FromSql, ToSql, Type};
+use tokio_postgres::Row;
+
+use super::channel::pg_channel;
+use super::errors::PgError;
+use super::schema::Schema;
+use super::store::Inner;
+use crate::backend::names::LockKeys;
+use crate::kinds::{Claim, LockKind, WRITER_INTENT};
+
+/// The SQL text of every call, with the schema filled in. Parameters are sent with their
+/// types (`query_typed`): one round trip, no named prepared statement a pooler would lose.
+pub(super) struct Calls {
+    plain_acquire: String,
+    plain_release: String,
+    plain_undo_reentry: String,
+    sem_acquire: String,
+    sem_release: String,
+    sem_available: String,
+    rw_acquire: String,
+    rw_release: String,
+    renew: String,
+    force_unlock: String,
+    pttl: String,
+    micros: String,
+}
+
+impl Calls {
+    pub(super) fn new(schema: &Schema) -> Calls {
+        let s = schema.quoted();
+        Calls {
+            plain_acquire: format!(
+                "SELECT held, detail FROM {s}.plain_acquire($1, $2, $3, $4, $5, $6, $7)"
+            ),
+            plain_release: format!(
+                "SELECT remaining, listeners FROM {s}.plain_release($1, $2, $3, $4, $5, $6)"
+            ),
+            plain_undo_reentry: format!("SELECT {s}.plain_undo_reentry($1, $2, $3, $4)"),
+            sem_acquire: format!("SELECT held, detail FROM {s}.sem_acquire($1, $2, $3, $4)"),
+            sem_release: format!("SELECT {s}.sem_release($1, $2, $3, $4, $5)"),
+            sem_available: format!("SELECT {s}.sem_available($1, $2)"),
+            rw_acquire: format!(
+                "SELECT held, detail FROM {s}.rw_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+            ),
+            rw_release: format!("SELECT {s}.rw_release($1, $2, $3, $4, $5, $6, $7, $8)"),
+            renew: format!("SELECT {s}.renew($1, $2, $3, $4)"),
+            force_unlock: format!("SELECT {s}.force_unlock($1, $2)"),
+            pttl: format!("SELECT {s}.pttl($1)"),
+            micros: format!("SELECT {s}.micros(clock_timestamp())"),
+        }
+    }
+}
+
+/// The kinds this store offers, by `LockKind::id`.
+enum Offered {
+    Plain,
+    Semaphore,
+    /// A side of a read-write lock: 'r' or 'w'.
+    Rw(&'static str),
+}
+
+fn offered(kind: &dyn LockKind) -> Result<Offered, PgError> {
+    match kind.id() {
+        "plain" => Ok(Offered::Plain),
+        "semaphore" => Ok(Offered::Semaphore),
+        "read" => Ok(Offered::Rw("r")),
+        "write" => Ok(Offered::Rw("w")),
+        // The fair lock, the Redisson kinds: not here.
+        other => Err(PgError::not_offered(other)),
+    }
+}
+
+/// Column `i` of a reply; a reply of another shape (a schema migrated by another version) is
+/// an error, not a panic.
+fn column<'a, T: FromSql<'a>>(row: &'a Row, i: usize) -> Result<T, PgError> {
+    row.try_get(i)
+        .map_err(|e| PgError::postgres("reading the reply of dlock's SQL function", e))
+}
+
+/// A duration as the whole ms the SQL functions take.
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The lease a partial release refreshes: none for a hard lease, whose end never moves.
+fn refresh(claim: &Claim) -> i64 {
+    if claim.hard {
+        0
+    } else {
+        ms(claim.lease)
+    }
+}
+
+fn permits(kind: &dyn LockKind) -> Result<i32, PgError> {
+    kind.permits()
+        .and_then(|p| i32::try_from(p).ok())
+        .ok_or_else(|| PgError::refused("using a semaphore", "its permit count is unknown"))
+}
+
+/// One connection of a [`super::store::PgStore`].
+#[derive(Clone)]
+pub(crate) struct PgLink {
+    inner: Arc<Inner>,
+    slot: usize,
+}
+
+impl PgLink {
+    pub(super) fn new(inner: Arc<Inner>, slot: usize) -> PgLink {
+        PgLink { inner, slot }
+    }
+
+    /// Runs `sql` and returns its one row; a timeout or a closed connection is a link error,
+    /// and the connection is reopened by the next call.
+    async fn call(
+        &self,
+        what: impl FnOnce() -> String,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Row, PgError> {
+        let client = self.inner.client(self.slot).await?;
+        let timeout = self.inner.response_timeout;
+        match tokio::time::timeout(timeout, client.query_typed(sql, params)).await {
+            Err(_) => {
+                self.inner.discard(self.slot, &client);
+                Err(PgError::timeout(what(), timeout))
+            }
+            Ok(Err(e)) => {
+                let e = PgError::postgres(what(), e);
+                if e.is_link_error() {
+                    self.inner.discard(self.slot, &client);
+                }
+                Err(e)
+            }
+            Ok(Ok(rows)) => rows
+                .into_iter()
+                .next()
+                .ok_or_else(|| PgError::refused(what(), "dlock's SQL function returned no row")),
+        }
+    }
+
+    /// Takes `claim`'s lock, or re-enters it when `reentry` (the marker that lets a cancelled
+    /// re-entry be undone once, living `marker_ttl`) is given. The reply is the Lua script's:
+    /// `(holds, token)` held, `(0, pttl)` not.
+    pub(crate) async fn acquire(
+        &self,
+        kind: &dyn LockKind,
+        claim: &Claim,
+        reentry: Option<&str>,
+        marker_ttl: Duration,
+    ) -> Result<(i64, i64), PgError> {
+        let what = || format!("acquiring `{}`", claim.name);
+        let lease = ms(claim.lease);
+        let row = match offered(kind)? {
+            Offered::Plain => {
+                let sql = &self.inner.calls.plain_acquire;
+                self.call(
+                    what,
+                    sql,
+                    &[
+                        (&claim.keys.key, Type::TEXT),
+                        (&claim.keys.fence, Type::TEXT),
+                        (&reentry, Type::TEXT),
+                        (&lease, Type::INT8),
+                        (&claim.owner, Type::TEXT),
+                        (&ms(marker_ttl), Type::INT8),
+                        (&claim.hard, Type::BOOL),
+                    ],
+                )
+                .await?
+            }
+            Offered::Semaphore => {
+                let sql = &self.inner.calls.sem_acquire;
+                self.call(
+                    what,
+                    sql,
+                    &[
+                        (&claim.keys.key, Type::TEXT),
+                        (&lease, Type::INT8),
+                        (&claim.owner, Type::TEXT),
+                        (&permits(kind)?, Type::INT4),
+                    ],
+                )
+                .await?
+            }
+            Offered::Rw(side) => {
+                let sql = &self.inner.calls.rw_acquire;
+                self.call(
+                    what,
+                    sql,
+                    &[
+                        (&claim.keys.key, Type::TEXT),
+                        (&claim.keys.fence, Type::TEXT),
+                        (&reentry, Type::TEXT),
+                        (&side, Type::TEXT),
+                        (&claim.owner, Type::TEXT),
+                        (&lease, Type::INT8),
+                        (&ms(marker_ttl), Type::INT8),
+                        (&claim.hard, Type::BOOL),
+                        (&ms(WRITER_INTENT), Type::INT8),
+                    ],
+                )
+                .await?
+            }
+        };
+        Ok((column(&row, 0)?, column(&row, 1)?))
+    }
+
+    /// Gives back one hold, at most once per `latch` (a release request id, remembered for
+    /// `latch_ttl`). The reply is the holds left, or -1 when `claim.owner` holds nothing; with
+    /// `Some(-2)` when this release freed a plain lock: -2 listeners means unknown, because
+    /// PostgreSQL cannot count who LISTENs (the machinery takes it as "someone may").
+    pub(crate) async fn release(
+        &self,
+        kind: &dyn LockKind,
+        claim: &Claim,
+        latch: &str,
+        latch_ttl: Duration,
+    ) -> Result<(i64, Option<i64>), PgError> {
+        let what = || format!("releasing `{}`", claim.name);
+        let channel = pg_channel(&claim.keys.channel);
+        match offered(kind)? {
+            Offered::Plain => {
+                let sql = &self.inner.calls.plain_release;
+                let row = self
+                    .call(
+                        what,
+                        sql,
+                        &[
+                            (&claim.keys.key, Type::TEXT),
+                            (&channel, Type::TEXT),
+                            (&latch, Type::TEXT),
+                            (&claim.owner, Type::TEXT),
+                            (&refresh(claim), Type::INT8),
+                            (&ms(latch_ttl), Type::INT8),
+                        ],
+                    )
+                    .await?;
+                Ok((column(&row, 0)?, column(&row, 1)?))
+            }
+            Offered::Semaphore => {
+                let left = self
+                    .sem_release(what, claim, &channel, latch, latch_ttl)
+                    .await?;
+                Ok((left, None))
+            }
+            Offered::Rw(side) => {
+                let left = self
+                    .rw_release(what, claim, &channel, side, latch, latch_ttl, "latch")
+                    .await?;
+                Ok((left, None))
+            }
+        }
+    }
+
+    async fn sem_release(
+        &self,
+        what: impl FnOnce() -> String,
+        claim: &Claim,
+        channel: &str,
+        latch: &str,
+        latch_ttl: Duration,
+    ) -> Result<i64, PgError> {
+        let sql = &self.inner.calls.sem_release;
+        let row = self
+            .call(
+                what,
+                sql,
+                &[
+                    (&claim.keys.key, Type::TEXT),
+                    (&channel, Type::TEXT),
+                    (&latch, Type::TEXT),
+                    (&claim.owner, Type::TEXT),
+                    (&ms(latch_ttl), Type::INT8),
+                ],
+            )
+            .await?;
+        column(&row, 0)
+    }
+
+    /// `mode`: "latch" (a release, once per request id `guard`) or "marker" (an undo, only if
+    /// the re-entry marker `guard` says the re-entry ran).
+    #[allow(clippy::too_many_arguments)]
+    async fn rw_release(
+        &self,
+        what: impl FnOnce() -> String,
+        claim: &Claim,
+        channel: &str,
+        side: &str,
+        guard: &str,
+        latch_ttl: Duration,
+        mode: &str,
+    ) -> Result<i64, PgError> {
+        let sql = &self.inner.calls.rw_release;
+        let row = self
+            .call(
+                what,
+                sql,
+                &[
+                    (&claim.keys.key, Type::TEXT),
+                    (&channel, Type::TEXT),
+                    (&guard, Type::TEXT),
+                    (&side, Type::TEXT),
+                    (&claim.owner, Type::TEXT),
+                    (&refresh(claim), Type::INT8),
+                    (&ms(latch_ttl).max(1), Type::INT8),
+                    (&mode, Type::TEXT),
+                ],
+            )
+            .await?;
+        column(&row, 0)
+    }
+
+    /// Undoes a re-entry whose caller never saw the reply, if its marker says it ran. The
+    /// reply is the kind's, as on Redis: 1 undone / 0 not (plain), the holds left or -1
+    /// (read-write, semaphore).
+    pub(crate) async fn undo_reentry(
+        &self,
+        kind: &dyn LockKind,
+        claim: &Claim,
+        marker: &str,
+    ) -> Result<i64, PgError> {
+        let what = || format!("undoing a cancelled re-entry of `{}`", claim.name);
+        let channel = pg_channel(&claim.keys.channel);
+        match offered(kind)? {
+            Offered::Plain => {
+                let sql = &self.inner.calls.plain_undo_reentry;
+                let row = self
+                    .call(
+                        what,
+                        sql,
+                        &[
+                            (&claim.keys.key, Type::TEXT),
+                            (&marker, Type::TEXT),
+                            (&channel, Type::TEXT),
+                            (&claim.owner, Type::TEXT),
+                        ],
+                    )
+                    .await?;
+                Ok(column(&row, 0)?)
+            }
+            // As `kinds/semaphore.rs` does: the permit given back, latched by the marker.
+            Offered::Semaphore => {
+                self.sem_release(what, claim, &channel, marker, claim.lease)
+                    .await
+            }
+            Offered::Rw(side) => {
+                self.rw_release(
+                    what,
+                    claim,
+                    &channel,
+                    side,
+                    marker,
+                    Duration::ZERO,
+                    "marker",
+                )
+                .await
+            }
+        }
+    }
+
+    /// Renews many holds of one kind in one statement: one entry per claim, 1 renewed, 0 no
+    /// longer ours.
+    pub(crate) async fn renew(
+        &self,
+        kind: &dyn LockKind,
+        claims: &[&Claim],
+    ) -> Result<Vec<i64>, PgError> {
+        let offered = offered(kind)?;
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<&str> = claims.iter().map(|c| c.keys.key.as_str()).collect();
+        let owners: Vec<String> = claims
+            .iter()
+            .map(|c| match offered {
+                Offered::Rw(side) => format!("{side}:{}", c.owner),
+                _ => c.owner.clone(),
+            })
+            .collect();
+        let leases: Vec<i64> = claims.iter().map(|c| ms(c.lease)).collect();
+        // A read-write row may serve several holds of its owner: its deadline only moves out.
+        let grow = matches!(offered, Offered::Rw(_));
+        let what = || format!("renewing {} {} lock(s)", claims.len(), kind.id());
+        let sql = &self.inner.calls.renew;
+        let row = self
+            .call(
+                what,
+                sql,
+                &[
+                    (&keys, Type::TEXT_ARRAY),
+                    (&owners, Type::TEXT_ARRAY),
+                    (&leases, Type::INT8_ARRAY),
+                    (&grow, Type::BOOL),
+                ],
+            )
+            .await?;
+        column(&row, 0)
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters: 1 if it was held, else 0.
+    pub(crate) async fn force_unlock(
+        &self,
+        kind: &dyn LockKind,
+        keys: &LockKeys,
+    ) -> Result<i64, PgError> {
+        offered(kind)?;
+        let channel = pg_channel(&keys.channel);
+        let what = || format!("force-unlocking `{}`", keys.key);
+        let sql = &self.inner.calls.force_unlock;
+        let row = self
+            .call(
+                what,
+                sql,
+                &[(&keys.key, Type::TEXT), (&channel, Type::TEXT)],
+            )
+            .await?;
+        column(&row, 0)
+    }
+
+    /// Whether anyone holds the lock stored at `key`.
+    pub(crate) async fn exists(&self, kind: &dyn LockKind, key: &str) -> Result<bool, PgError> {
+        Ok(self.pttl(kind, key).await? != -2)
+    }
+
+    /// Ms until the last live hold of the lock at `key` ends; -2 when it is free (Redis's
+    /// PTTL).
+    pub(crate) async fn pttl(&self, kind: &dyn LockKind, key: &str) -> Result<i64, PgError> {
+        offered(kind)?;
+        let what = || format!("reading the lease of `{key}`");
+        let sql = &self.inner.calls.pttl;
+        let row = self.call(what, sql, &[(&key, Type::TEXT)]).await?;
+        column(&row, 0)
+    }
+
+    /// The permits of the semaphore at `key` free now, for a semaphore of `permits` permits;
+    /// the error's `stored_permits()` says when it is in use with another count.
+    pub(crate) async fn available(&self, permits: u32, key: &str) -> Result<i64, PgError> {
+        let permits = i32::try_from(permits)
+            .map_err(|_| PgError::refused("counting permits", "too many permits"))?;
+        let what = || format!("counting the free permits of `{key}`");
+        let sql = &self.inner.calls.sem_available;
+        let row = self
+            .call(what, sql, &[(&key, Type::TEXT), (&permits, Type::INT4)])
+            .await?;
+        column(&row, 0)
+    }
+
+    /// The server's clock in µs (the clock term of the fencing tokens).
+    pub(crate) async fn server_micros(&self) -> Result<i64, PgError> {
+        let what = || "reading the server's clock".to_owned();
+        let row = self.call(what, &self.inner.calls.micros, &[]).await?;
+        column(&row, 0)
+    }
+}

@@ -1,0 +1,132 @@
+-- Functions every kind shares. Every function: SECURITY INVOKER (it runs with the caller's
+-- rights, nothing more) and an empty-of-user-schemas search_path, so no object a user creates
+-- can stand in for one of pg_catalog's; dlock's own objects are always schema-qualified.
+-- Every op is one call in autocommit, so it works through a transaction-mode pooler; ops that
+-- change a lock first take a transaction-scoped advisory lock on its key (released at commit,
+-- never left behind on a pooled connection), then read clock_timestamp(): the server's clock
+-- now, not the transaction's start.
+
+-- The server clock in µs, the clock term of every fencing token.
+CREATE OR REPLACE FUNCTION @schema@.micros(p_at timestamptz) RETURNS bigint
+LANGUAGE sql STABLE SECURITY INVOKER SET search_path = pg_catalog, pg_temp
+AS $body$ SELECT (extract(epoch FROM p_at) * 1000000)::bigint $body$;
+
+-- Whole ms from p_now until p_until, never negative (Redis's PTTL of a live key).
+CREATE OR REPLACE FUNCTION @schema@.ms_until(p_until timestamptz, p_now timestamptz) RETURNS bigint
+LANGUAGE sql STABLE SECURITY INVOKER SET search_path = pg_catalog, pg_temp
+AS $body$ SELECT greatest(0, floor(extract(epoch FROM (p_until - p_now)) * 1000))::bigint $body$;
+
+-- Deletes a few expired rows of any lock. Called at the end of every acquire that took a free
+-- lock and every release, so the tables stay bounded by the op rate without a background task
+-- in every client (and without a timer that a pooler or a paused client would skip). SKIP
+-- LOCKED and the position at the very end of the caller (nothing waited for after it) keep it
+-- from ever blocking or deadlocking an op; LIMIT bounds its cost.
+CREATE OR REPLACE FUNCTION @schema@.sweep(p_now timestamptz) RETURNS void
+LANGUAGE plpgsql SECURITY INVOKER SET search_path = pg_catalog, pg_temp
+AS $body$
+DECLARE
+  v_keys text[];
+BEGIN
+  DELETE FROM @schema@.latches WHERE id IN (
+    SELECT l.id FROM @schema@.latches l WHERE l.expires_at < p_now
+    ORDER BY l.expires_at LIMIT 8 FOR UPDATE SKIP LOCKED);
+  DELETE FROM @schema@.markers WHERE id IN (
+    SELECT m.id FROM @schema@.markers m WHERE m.expires_at < p_now
+    ORDER BY m.expires_at LIMIT 8 FOR UPDATE SKIP LOCKED);
+  DELETE FROM @schema@.intents WHERE key IN (
+    SELECT i.key FROM @schema@.intents i WHERE i.expires_at < p_now
+    LIMIT 8 FOR UPDATE SKIP LOCKED);
+  -- Holds of locks nobody touched since they expired (their holder died): a minute's grace
+  -- leaves the fresh ones to their own key's next op.
+  WITH gone AS (
+    DELETE FROM @schema@.holds WHERE (key, owner) IN (
+      SELECT h.key, h.owner FROM @schema@.holds h
+      WHERE h.expires_at < p_now - interval '1 minute'
+      ORDER BY h.expires_at LIMIT 8 FOR UPDATE SKIP LOCKED)
+    RETURNING key)
+  SELECT array_agg(DISTINCT key) INTO v_keys FROM gone;
+  IF v_keys IS NOT NULL THEN
+    DELETE FROM @schema@.permits p WHERE p.key = ANY (v_keys)
+      AND NOT EXISTS (SELECT 1 FROM @schema@.holds h WHERE h.key = p.key);
+  END IF;
+  -- A counter more than a day behind the clock gives nothing the clock term does not: the
+  -- next token is greatest(last + 1, clock) either way, unless the clock steps back a day.
+  DELETE FROM @schema@.fences WHERE key IN (
+    SELECT f.key FROM @schema@.fences f
+    WHERE f.last < @schema@.micros(p_now) - 86400000000
+    ORDER BY f.last LIMIT 8 FOR UPDATE SKIP LOCKED);
+END
+$body$;
+
+-- Renews many holds in one call (the watchdog's tick): one entry per hold, 1 renewed, 0 no
+-- longer ours (gone, expired, taken). p_grow: a deadline only moves out (the read-write lock,
+-- where one row may serve several holds) instead of being set to now + lease.
+CREATE OR REPLACE FUNCTION @schema@.renew(p_keys text[], p_owners text[], p_leases bigint[],
+  p_grow boolean) RETURNS bigint[]
+LANGUAGE plpgsql SECURITY INVOKER SET search_path = pg_catalog, pg_temp
+AS $body$
+DECLARE
+  v_lock bigint;
+  v_now timestamptz;
+  v_out bigint[] := '{}';
+BEGIN
+  -- In ascending order: two renewals of overlapping keys never wait for each other in a
+  -- circle.
+  FOR v_lock IN
+    SELECT DISTINCT s.h FROM (SELECT hashtextextended(k, 0) AS h FROM unnest(p_keys) k) s
+    ORDER BY s.h
+  LOOP
+    PERFORM pg_advisory_xact_lock(v_lock);
+  END LOOP;
+  v_now := clock_timestamp();
+  FOR i IN 1 .. coalesce(array_length(p_keys, 1), 0) LOOP
+    UPDATE @schema@.holds h
+      SET expires_at = CASE
+        WHEN p_grow THEN greatest(h.expires_at, v_now + p_leases[i] * interval '1 millisecond')
+        ELSE v_now + p_leases[i] * interval '1 millisecond' END
+      WHERE h.key = p_keys[i] AND h.owner = p_owners[i] AND h.expires_at > v_now;
+    v_out := v_out || (CASE WHEN FOUND THEN 1 ELSE 0 END)::bigint;
+  END LOOP;
+  RETURN v_out;
+END
+$body$;
+
+-- Deletes a lock whoever holds it and wakes its waiters: 1 when it was held, 0 when free.
+CREATE OR REPLACE FUNCTION @schema@.force_unlock(p_key text, p_channel text) RETURNS bigint
+LANGUAGE plpgsql SECURITY INVOKER SET search_path = pg_catalog, pg_temp
+AS $body$
+DECLARE
+  v_now timestamptz;
+  v_live bigint;
+BEGIN
+  PERFORM pg_advisory_xact_lock(hashtextextended(p_key, 0));
+  v_now := clock_timestamp();
+  SELECT count(*) INTO v_live FROM @schema@.holds h WHERE h.key = p_key AND h.expires_at > v_now;
+  DELETE FROM @schema@.holds WHERE key = p_key;
+  DELETE FROM @schema@.permits WHERE key = p_key;
+  DELETE FROM @schema@.intents WHERE key = p_key;
+  IF v_live = 0 THEN
+    RETURN 0;
+  END IF;
+  PERFORM pg_notify(p_channel, 'released');
+  RETURN 1;
+END
+$body$;
+
+-- Ms until the last live hold of a lock ends, -2 when it is free (Redis's PTTL). Read only:
+-- no advisory lock, it answers from the last committed state.
+CREATE OR REPLACE FUNCTION @schema@.pttl(p_key text) RETURNS bigint
+LANGUAGE plpgsql STABLE SECURITY INVOKER SET search_path = pg_catalog, pg_temp
+AS $body$
+DECLARE
+  v_now timestamptz := clock_timestamp();
+  v_until timestamptz;
+BEGIN
+  SELECT max(h.expires_at) INTO v_until FROM @schema@.holds h
+    WHERE h.key = p_key AND h.expires_at > v_now;
+  IF v_until IS NULL THEN
+    RETURN -2;
+  END IF;
+  RETURN @schema@.ms_until(v_until, v_now);
+END
+$body$;

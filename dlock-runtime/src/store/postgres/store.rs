@@ -1,0 +1,195 @@
+//! `PgStore`: a fixed set of connections to PostgreSQL, each one a pipelined
+//! `tokio_postgres::Client` that carries any number of concurrent calls in order, reopened
+//! lazily when it closed. Locks are spread over them by key, so the calls of one lock keep
+//! their order (a release, then the next acquire) and the connection count never grows with
+//! the number of waiting tasks.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio_postgres::{Client, Config, NoTls};
+
+use super::errors::PgError;
+use super::link::{Calls, PgLink};
+use super::schema::{self, Schema};
+
+/// The PostgreSQL store of one client.
+pub(crate) struct PgStore {
+    inner: Arc<Inner>,
+}
+
+/// What every link of the store shares.
+pub(super) struct Inner {
+    pub(super) config: Config,
+    pub(super) schema: Schema,
+    /// The SQL text of every call, built once for the schema.
+    pub(super) calls: Calls,
+    slots: Vec<Slot>,
+    /// The next slot `any_link` hands out.
+    next: AtomicUsize,
+    connect_timeout: Duration,
+    pub(super) response_timeout: Duration,
+    /// The client's own runtime: connections are opened and driven there, so they outlive
+    /// whichever runtime the caller happens to run on.
+    rt: Handle,
+}
+
+/// One connection of the store.
+struct Slot {
+    /// The open client, if any. A std mutex: held only to clone or swap the `Arc`.
+    client: Mutex<Option<Arc<Client>>>,
+    /// Taken while reopening, so one caller reconnects and the others then use its client.
+    reopening: tokio::sync::Mutex<()>,
+}
+
+impl PgStore {
+    /// Opens `connections` connections (at least one) to the server `config` names, and
+    /// makes sure dlock's schema `schema` is there at this version (migrating it if not).
+    pub(crate) async fn connect(
+        config: Config,
+        schema: &str,
+        connections: usize,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+        rt: &Handle,
+    ) -> Result<Arc<PgStore>, PgError> {
+        let schema = Schema::new(schema)?;
+        let slots = (0..connections.max(1))
+            .map(|_| Slot {
+                client: Mutex::new(None),
+                reopening: tokio::sync::Mutex::new(()),
+            })
+            .collect();
+        let store = Arc::new(PgStore {
+            inner: Arc::new(Inner {
+                calls: Calls::new(&schema),
+                config,
+                schema,
+                slots,
+                next: AtomicUsize::new(0),
+                connect_timeout,
+                response_timeout,
+                rt: rt.clone(),
+            }),
+        });
+        // Open every connection now, so a wrong URL or password fails here, not at the first
+        // lock; the schema check runs on the first.
+        for slot in 0..store.inner.slots.len() {
+            store.inner.client(slot).await?;
+        }
+        store.ensure_schema().await?;
+        Ok(store)
+    }
+
+    /// Creates or updates dlock's tables and functions (idempotent; safe from many clients at
+    /// once). Needs CREATE on the schema (and on the database, if the schema is missing).
+    pub(crate) async fn migrate(&self) -> Result<(), PgError> {
+        let client = self.inner.client(0).await?;
+        schema::migrate(
+            &client,
+            &self.inner.schema,
+            schema::migration_timeout(self.inner.response_timeout),
+        )
+        .await
+    }
+
+    /// Migrates unless the schema is already at this version or newer: the common case costs
+    /// one read, and a role without CREATE works with a schema an owner migrated.
+    async fn ensure_schema(&self) -> Result<(), PgError> {
+        let client = self.inner.client(0).await?;
+        let what = format!("reading dlock's schema {}", self.inner.schema.quoted());
+        let version = tokio::time::timeout(
+            self.inner.response_timeout,
+            schema::stored_version(&client, &self.inner.schema),
+        )
+        .await
+        .map_err(|_| PgError::timeout(what.clone(), self.inner.response_timeout))?
+        .map_err(|e| PgError::postgres(what, e))?;
+        if version.is_some_and(|v| v >= schema::VERSION) {
+            return Ok(());
+        }
+        self.migrate().await
+    }
+
+    /// The link that carries every call about `key`: always the same connection for the same
+    /// key, so calls about one lock arrive in the order they were made.
+    pub(crate) fn link_for(&self, key: &str) -> PgLink {
+        let mut hasher = DefaultHasher::new();
+        key.hash(&mut hasher);
+        let slot = (hasher.finish() % self.inner.slots.len() as u64) as usize;
+        PgLink::new(self.inner.clone(), slot)
+    }
+
+    /// A link for calls tied to no key (the server's clock), taken in turn.
+    pub(crate) fn any_link(&self) -> PgLink {
+        let slot = self.inner.next.fetch_add(1, Ordering::Relaxed) % self.inner.slots.len();
+        PgLink::new(self.inner.clone(), slot)
+    }
+
+    /// The connection settings (the LISTEN side opens its own connection from them).
+    pub(crate) fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The schema dlock's objects live in (checked, unquoted).
+    pub(crate) fn schema(&self) -> &str {
+        self.inner.schema.name()
+    }
+}
+
+impl Inner {
+    /// The open client of `slot`, reopened first if it closed.
+    pub(super) async fn client(&self, slot: usize) -> Result<Arc<Client>, PgError> {
+        let slot = &self.slots[slot];
+        if let Some(client) = open_client(slot) {
+            return Ok(client);
+        }
+        let what = "connecting to PostgreSQL";
+        // Bounded: the caller ahead reopens within connect_timeout, or gives up.
+        let _turn = tokio::time::timeout(self.connect_timeout, slot.reopening.lock())
+            .await
+            .map_err(|_| PgError::timeout(what, self.connect_timeout))?;
+        if let Some(client) = open_client(slot) {
+            return Ok(client);
+        }
+        let config = self.config.clone();
+        let opening = self.rt.spawn(async move {
+            let (client, connection) = config.connect(NoTls).await?;
+            // Ends when the server or the last `Client` closes it; its error, if any, is
+            // seen by the calls in flight, which fail as link errors.
+            tokio::spawn(connection);
+            Ok::<_, tokio_postgres::Error>(client)
+        });
+        let client = match tokio::time::timeout(self.connect_timeout, opening).await {
+            Err(_) => return Err(PgError::timeout(what, self.connect_timeout)),
+            // The client's runtime is shutting down: no more connections.
+            Ok(Err(_)) => {
+                return Err(PgError::refused(what, "the client's runtime has shut down"));
+            }
+            Ok(Ok(Err(e))) => return Err(PgError::connecting(what, e)),
+            Ok(Ok(Ok(client))) => Arc::new(client),
+        };
+        *slot.client.lock().unwrap_or_else(|p| p.into_inner()) = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Forgets `client` if `slot` still uses it (after a timeout: the connection may hang,
+    /// and every later call would queue behind the stuck one), so the next call reopens.
+    pub(super) fn discard(&self, slot: usize, client: &Arc<Client>) {
+        let mut current = self.slots[slot]
+            .client
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, client)) {
+            *current = None;
+        }
+    }
+}
+
+fn open_client(slot: &Slot) -> Option<Arc<Client>> {
+    let current = slot.client.lock().unwrap_or_else(|p| p.into_inner());
+    current.as_ref().filter(|c| !c.is_closed()).cloned()
+}

@@ -1,0 +1,610 @@
+//! The PostgreSQL store against real servers: one shared throw-away server (each test in a
+//! schema of its own), and servers of their own for the tests that kill one.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::runtime::Handle;
+use tokio_postgres::{AsyncMessage, Config, NoTls};
+
+use super::channel::pg_channel;
+use super::store::PgStore;
+use crate::backend::names::LockKeys;
+use crate::kinds::{Claim, Fair, LockKind, Plain, Read, Semaphore, Write};
+use crate::testing::postgres::PgServer;
+
+const LEASE: Duration = Duration::from_secs(10);
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One server for every test that leaves it running.
+/// Whether PostgreSQL's server binaries are here; prints `skipped: <test>: ...` when not (CI
+/// installs them, so nothing is skipped there).
+fn available(test: &str) -> bool {
+    let here = crate::testing::postgres::postgres_available();
+    if !here {
+        println!("skipped: store::postgres::{test}: no PostgreSQL server binaries (PG_BIN_DIR, pg_config --bindir, /usr/lib/postgresql/*/bin)");
+    }
+    here
+}
+
+fn shared() -> &'static PgServer {
+    static SERVER: OnceLock<PgServer> = OnceLock::new();
+    SERVER.get_or_init(|| PgServer::start().expect("start PostgreSQL"))
+}
+
+/// A schema name no other test (or earlier run) uses.
+fn fresh_schema(test: &str) -> String {
+    format!("t_{test}_{:08x}", rand::random::<u32>())
+}
+
+async fn store_at(url: &str, schema: &str) -> Arc<PgStore> {
+    let config: Config = url.parse().expect("url");
+    PgStore::connect(config, schema, 2, TIMEOUT, TIMEOUT, &Handle::current())
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}"))
+}
+
+async fn store(test: &str) -> Arc<PgStore> {
+    store_at(&shared().url(), &fresh_schema(test)).await
+}
+
+fn claim(kind: &dyn LockKind, name: &str, owner: &str, lease: Duration) -> Claim {
+    Claim {
+        name: name.to_owned(),
+        keys: kind.keys("dlock:", name),
+        owner: owner.to_owned(),
+        client_id: "c".to_owned(),
+        lease,
+        hard: false,
+        sync: None,
+    }
+}
+
+/// A plain connection that LISTENs on `channel`; notifications arrive on the receiver.
+async fn listen(url: &str, channel: &str) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    let (client, mut connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        // Ends with the connection (the client is dropped with the task's other half).
+        while let Some(Ok(message)) = messages.next().await {
+            if let AsyncMessage::Notification(n) = message {
+                let _ = tx.send(format!("{}:{}", n.channel(), n.payload()));
+            }
+        }
+    });
+    client
+        .batch_execute(&format!("LISTEN {channel}"))
+        .await
+        .unwrap();
+    // Keep the client alive as long as the connection task runs.
+    tokio::spawn(async move {
+        let _keep = client;
+        std::future::pending::<()>().await;
+    });
+    rx
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plain_acquire_reenter_undo_release() {
+    if !available("plain_acquire_reenter_undo_release") {
+        return;
+    }
+    let store = store("plain").await;
+    let a = claim(&Plain, "order:1", "a:1", LEASE);
+    let b = claim(&Plain, "order:1", "b:1", LEASE);
+    let link = store.link_for(&a.keys.key);
+
+    let (count, token) = link.acquire(&Plain, &a, None, LEASE).await.unwrap();
+    assert_eq!(count, 1);
+    assert!(token > 0);
+    let (zero, pttl) = link.acquire(&Plain, &b, None, LEASE).await.unwrap();
+    assert_eq!(zero, 0);
+    assert!(pttl > 0 && pttl <= LEASE.as_millis() as i64, "{pttl}");
+    // The same request re-sent: the same answer, nothing changed.
+    assert_eq!(
+        link.acquire(&Plain, &a, None, LEASE).await.unwrap(),
+        (1, token)
+    );
+
+    let marker = format!("{}m1", a.keys.latch_prefix);
+    assert_eq!(
+        link.acquire(&Plain, &a, Some(&marker), LEASE)
+            .await
+            .unwrap(),
+        (2, 0)
+    );
+    assert_eq!(link.undo_reentry(&Plain, &a, &marker).await.unwrap(), 1);
+    assert_eq!(link.undo_reentry(&Plain, &a, &marker).await.unwrap(), 0);
+
+    // One hold left: the first release frees it, its retry answers the bare count again.
+    let latch = format!("{}l1", a.keys.latch_prefix);
+    assert_eq!(
+        link.release(&Plain, &a, &latch, LEASE).await.unwrap(),
+        (0, Some(-2))
+    );
+    assert_eq!(
+        link.release(&Plain, &a, &latch, LEASE).await.unwrap(),
+        (0, None)
+    );
+    assert!(!link.exists(&Plain, &a.keys.key).await.unwrap());
+    assert_eq!(link.pttl(&Plain, &a.keys.key).await.unwrap(), -2);
+    // Not the owner (any more): -1, and the lock stays free.
+    let latch2 = format!("{}l2", a.keys.latch_prefix);
+    assert_eq!(
+        link.release(&Plain, &a, &latch2, LEASE).await.unwrap(),
+        (-1, None)
+    );
+    // A partial release keeps the lock and reports what is left.
+    link.acquire(&Plain, &b, None, LEASE).await.unwrap();
+    let mb = format!("{}mb", b.keys.latch_prefix);
+    link.acquire(&Plain, &b, Some(&mb), LEASE).await.unwrap();
+    let lb = format!("{}lb", b.keys.latch_prefix);
+    assert_eq!(
+        link.release(&Plain, &b, &lb, LEASE).await.unwrap(),
+        (1, None)
+    );
+    assert!(link.exists(&Plain, &b.keys.key).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_that_frees_notifies_the_channel() {
+    if !available("a_release_that_frees_notifies_the_channel") {
+        return;
+    }
+    let store = store("notify").await;
+    let a = claim(&Plain, "job", "a:1", LEASE);
+    let channel = pg_channel(&a.keys.channel);
+    let mut heard = listen(&shared().url(), &channel).await;
+    let link = store.link_for(&a.keys.key);
+
+    link.acquire(&Plain, &a, None, LEASE).await.unwrap();
+    let latch = format!("{}l", a.keys.latch_prefix);
+    link.release(&Plain, &a, &latch, LEASE).await.unwrap();
+    let message = tokio::time::timeout(TIMEOUT, heard.recv())
+        .await
+        .expect("a notification within the timeout")
+        .unwrap();
+    assert_eq!(message, format!("{channel}:released"));
+
+    // force_unlock notifies too, and says whether anything was held.
+    link.acquire(&Plain, &a, None, LEASE).await.unwrap();
+    assert_eq!(link.force_unlock(&Plain, &a.keys).await.unwrap(), 1);
+    let message = tokio::time::timeout(TIMEOUT, heard.recv())
+        .await
+        .expect("a notification within the timeout")
+        .unwrap();
+    assert_eq!(message, format!("{channel}:released"));
+    assert_eq!(link.force_unlock(&Plain, &a.keys).await.unwrap(), 0);
+    assert!(!link.exists(&Plain, &a.keys.key).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn renew_reports_each_claim() {
+    if !available("renew_reports_each_claim") {
+        return;
+    }
+    let store = store("renew").await;
+    let claims: Vec<Claim> = ["r1", "r2", "r3"]
+        .iter()
+        .map(|n| claim(&Plain, n, &format!("{n}:owner"), LEASE))
+        .collect();
+    for c in &claims {
+        let link = store.link_for(&c.keys.key);
+        assert_eq!(link.acquire(&Plain, c, None, LEASE).await.unwrap().0, 1);
+    }
+    // The second is taken from its owner: forced open, then held by someone else.
+    let link = store.any_link();
+    link.force_unlock(&Plain, &claims[1].keys).await.unwrap();
+    let thief = claim(&Plain, "r2", "thief", LEASE);
+    assert_eq!(
+        link.acquire(&Plain, &thief, None, LEASE).await.unwrap().0,
+        1
+    );
+
+    let refs: Vec<&Claim> = claims.iter().collect();
+    assert_eq!(link.renew(&Plain, &refs).await.unwrap(), vec![1, 0, 1]);
+    assert_eq!(link.renew(&Plain, &[]).await.unwrap(), Vec::<i64>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expired_lease_lets_another_owner_in() {
+    if !available("an_expired_lease_lets_another_owner_in") {
+        return;
+    }
+    let store = store("expiry").await;
+    let lease = Duration::from_millis(200);
+    let a = claim(&Plain, "short", "a:1", lease);
+    let b = claim(&Plain, "short", "b:1", LEASE);
+    let link = store.link_for(&a.keys.key);
+    let (_, first) = link.acquire(&Plain, &a, None, LEASE).await.unwrap();
+    // Waits as a waiter would: for the PTTL the refusal names, at most 20 times.
+    let mut got = None;
+    for _ in 0..20 {
+        let (count, x) = link.acquire(&Plain, &b, None, LEASE).await.unwrap();
+        if count == 1 {
+            got = Some(x);
+            break;
+        }
+        assert!(x <= 200, "pttl {x} beyond the lease");
+        tokio::time::sleep(Duration::from_millis(x as u64 + 1)).await;
+    }
+    let second = got.expect("b acquires once a's lease ended");
+    assert!(second > first);
+    // a's renewal and release find nothing of theirs.
+    assert_eq!(link.renew(&Plain, &[&a]).await.unwrap(), vec![0]);
+    let latch = format!("{}la", a.keys.latch_prefix);
+    assert_eq!(
+        link.release(&Plain, &a, &latch, LEASE).await.unwrap(),
+        (-1, None)
+    );
+}
+
+/// 100 free -> held transitions, then the counter row deleted, then the server killed and
+/// started again: every token is larger than the one before.
+#[tokio::test(flavor = "multi_thread")]
+async fn tokens_never_go_back() {
+    if !available("tokens_never_go_back") {
+        return;
+    }
+    let mut server = tokio::task::spawn_blocking(PgServer::start)
+        .await
+        .unwrap()
+        .expect("start PostgreSQL");
+    let schema = fresh_schema("tokens");
+    let store = store_at(&server.url(), &schema).await;
+    let mut last = 0;
+    let cycle = |store: Arc<PgStore>, i: usize| async move {
+        let c = claim(&Plain, "fenced", &format!("o:{i}"), LEASE);
+        let link = store.link_for(&c.keys.key);
+        let (count, token) = link.acquire(&Plain, &c, None, LEASE).await?;
+        assert_eq!(count, 1);
+        let latch = format!("{}l{i}", c.keys.latch_prefix);
+        link.release(&Plain, &c, &latch, LEASE).await?;
+        Ok::<i64, super::errors::PgError>(token)
+    };
+    for i in 0..100 {
+        let token = cycle(store.clone(), i).await.unwrap();
+        assert!(token > last, "cycle {i}: {token} after {last}");
+        last = token;
+    }
+
+    server
+        .psql(&format!("DELETE FROM \"{schema}\".fences"))
+        .unwrap();
+    let token = cycle(store.clone(), 100).await.unwrap();
+    assert!(
+        token > last,
+        "after the row was deleted: {token} after {last}"
+    );
+    last = token;
+
+    let server = tokio::task::spawn_blocking(move || {
+        server.kill();
+        server.start_again().map(|()| server)
+    })
+    .await
+    .unwrap()
+    .expect("restart");
+    // The first call may find its connection broken (a link error); the next reconnects.
+    let mut token = None;
+    for i in 0..5 {
+        match cycle(store.clone(), 101 + i).await {
+            Ok(t) => {
+                token = Some(t);
+                break;
+            }
+            Err(e) => assert!(e.is_link_error() || e.is_not_now(), "{e}"),
+        }
+    }
+    let token = token.expect("a cycle succeeds after the restart");
+    assert!(token > last, "after the restart: {token} after {last}");
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_terminated_connection_is_a_link_error_then_reopened() {
+    if !available("a_terminated_connection_is_a_link_error_then_reopened") {
+        return;
+    }
+    // Named, so only this test's connections are ended on the shared server.
+    let app = format!("dlock_terminate_{:08x}", rand::random::<u32>());
+    let mut config: Config = shared().url().parse().unwrap();
+    config.application_name(&app);
+    let schema = fresh_schema("terminate");
+    let store = PgStore::connect(config, &schema, 2, TIMEOUT, TIMEOUT, &Handle::current())
+        .await
+        .unwrap();
+    let link = store.any_link();
+    link.server_micros().await.unwrap();
+    let ended = shared()
+        .psql(&format!(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name = '{app}'"
+        ))
+        .unwrap();
+    assert_eq!(ended, "2");
+    // Bounded: the broken connection fails once, the next call opens a new one.
+    let mut failures = 0;
+    for _ in 0..3 {
+        match link.server_micros().await {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(e.is_link_error(), "{e}");
+                failures += 1;
+            }
+        }
+    }
+    assert!(failures <= 1, "{failures} failures");
+    assert!(link.server_micros().await.unwrap() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn migrate_is_idempotent_and_safe_concurrently() {
+    if !available("migrate_is_idempotent_and_safe_concurrently") {
+        return;
+    }
+    let url = shared().url();
+    let schema = fresh_schema("migrate");
+    // Four first uses at once: each connect sees no schema and migrates.
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let (url, schema) = (url.clone(), schema.clone());
+            tokio::spawn(async move { store_at(&url, &schema).await })
+        })
+        .collect();
+    let mut stores = Vec::new();
+    for t in tasks {
+        stores.push(t.await.unwrap());
+    }
+    stores[0].migrate().await.unwrap();
+    stores[0].migrate().await.unwrap();
+    let a = claim(&Plain, "m", "a", LEASE);
+    let (count, _) = stores[3]
+        .link_for(&a.keys.key)
+        .acquire(&Plain, &a, None, LEASE)
+        .await
+        .unwrap();
+    assert_eq!(count, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn schema_names_are_checked_and_quoted() {
+    if !available("schema_names_are_checked_and_quoted") {
+        return;
+    }
+    let url = shared().url();
+    for bad in ["", &"x".repeat(64)] {
+        let config: Config = url.parse().unwrap();
+        let e = PgStore::connect(config, bad, 1, TIMEOUT, TIMEOUT, &Handle::current())
+            .await
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("1 to 63 bytes"), "{e}");
+    }
+    // Quotes, spaces, capitals and dollar quotes are a name like any other.
+    let weird = format!("We\"ird $dlock0$ {:04x}", rand::random::<u16>());
+    let store = store_at(&url, &weird).await;
+    let a = claim(&Plain, "w", "a", LEASE);
+    let link = store.link_for(&a.keys.key);
+    assert_eq!(link.acquire(&Plain, &a, None, LEASE).await.unwrap().0, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_role_without_create_is_told_what_to_run() {
+    if !available("a_role_without_create_is_told_what_to_run") {
+        return;
+    }
+    let server = shared();
+    let role = format!("weak_{:08x}", rand::random::<u32>());
+    server.psql(&format!("CREATE ROLE {role} LOGIN")).unwrap();
+    let url = format!("postgres://{role}@127.0.0.1:{}/postgres", server.port());
+    let schema = fresh_schema("weak");
+    let config: Config = url.parse().unwrap();
+    let e = PgStore::connect(
+        config.clone(),
+        &schema,
+        1,
+        TIMEOUT,
+        TIMEOUT,
+        &Handle::current(),
+    )
+    .await
+    .err()
+    .expect("a role without CREATE is refused");
+    let statement = format!("CREATE SCHEMA \"{schema}\" AUTHORIZATION \"{role}\";");
+    assert!(e.to_string().contains(&statement), "{e}");
+    assert!(e.to_string().contains("42501"), "{e}");
+    assert_eq!(e.sqlstate(), Some("42501"));
+    assert!(!e.is_link_error() && !e.is_not_now());
+
+    // An existing schema it may only use: told to migrate as the owner, or what to grant.
+    let owned = fresh_schema("owned");
+    server
+        .psql(&format!(
+            "CREATE SCHEMA \"{owned}\"; GRANT USAGE ON SCHEMA \"{owned}\" TO {role}"
+        ))
+        .unwrap();
+    let e = PgStore::connect(
+        config.clone(),
+        &owned,
+        1,
+        TIMEOUT,
+        TIMEOUT,
+        &Handle::current(),
+    )
+    .await
+    .err()
+    .expect("no CREATE on the schema");
+    assert!(
+        e.to_string()
+            .contains("migrate() once as the schema's owner"),
+        "{e}"
+    );
+
+    // Running the statement it named is enough.
+    server.psql(&statement).unwrap();
+    let store = PgStore::connect(config, &schema, 1, TIMEOUT, TIMEOUT, &Handle::current())
+        .await
+        .unwrap();
+    let a = claim(&Plain, "weak", "a", LEASE);
+    assert_eq!(
+        store
+            .link_for(&a.keys.key)
+            .acquire(&Plain, &a, None, LEASE)
+            .await
+            .unwrap()
+            .0,
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kind_the_store_lacks_is_named() {
+    if !available("a_kind_the_store_lacks_is_named") {
+        return;
+    }
+    let store = store("fair").await;
+    let a = claim(&Fair, "f", "a", LEASE);
+    let e = store
+        .link_for(&a.keys.key)
+        .acquire(&Fair, &a, None, LEASE)
+        .await
+        .expect_err("no fair lock");
+    assert!(
+        e.to_string()
+            .contains("the PostgreSQL store does not offer the fair lock kind"),
+        "{e}"
+    );
+}
+
+/// 2N tasks contend for N permits, each taking and giving back a permit a few times: never
+/// more than N inside at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_semaphore_never_lets_more_than_its_permits_in() {
+    if !available("a_semaphore_never_lets_more_than_its_permits_in") {
+        return;
+    }
+    const PERMITS: u32 = 3;
+    let store = store("semaphore").await;
+    let kind = Arc::new(Semaphore { permits: PERMITS });
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..2 * PERMITS)
+        .map(|t| {
+            let (store, kind, inside, most) =
+                (store.clone(), kind.clone(), inside.clone(), most.clone());
+            tokio::spawn(async move {
+                let mut taken = 0;
+                for round in 0..200 {
+                    if taken == 3 {
+                        break;
+                    }
+                    let c = claim(&*kind, "pool", &format!("t{t}:{round}"), LEASE);
+                    let link = store.link_for(&c.keys.key);
+                    let (granted, _) = link.acquire(&*kind, &c, None, LEASE).await.unwrap();
+                    if granted == 0 {
+                        tokio::task::yield_now().await;
+                        continue;
+                    }
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    let latch = format!("{}{t}:{round}", c.keys.latch_prefix);
+                    let (left, _) = link.release(&*kind, &c, &latch, LEASE).await.unwrap();
+                    assert_eq!(left, 0);
+                    taken += 1;
+                }
+                taken
+            })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 3, "every task got its permits in time");
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        most <= PERMITS as usize && most > 0,
+        "{most} inside at once"
+    );
+
+    // Another permit count while holders exist is refused, naming the stored count.
+    let c = claim(&*kind, "pool", "holder", LEASE);
+    let link = store.link_for(&c.keys.key);
+    assert_eq!(link.acquire(&*kind, &c, None, LEASE).await.unwrap(), (1, 0));
+    assert_eq!(link.available(PERMITS, &c.keys.key).await.unwrap(), 2);
+    let other = Semaphore { permits: 5 };
+    let d = claim(&other, "pool", "other", LEASE);
+    let e = link
+        .acquire(&other, &d, None, LEASE)
+        .await
+        .expect_err("another permit count");
+    assert_eq!(e.stored_permits(), Some(PERMITS), "{e}");
+    assert_eq!(link.renew(&*kind, &[&c]).await.unwrap(), vec![1]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn read_write_sides() {
+    if !available("read_write_sides") {
+        return;
+    }
+    let store = store("rw").await;
+    let r1 = claim(&Read, "doc", "r1", LEASE);
+    let r2 = claim(&Read, "doc", "r2", LEASE);
+    let r3 = claim(&Read, "doc", "r3", LEASE);
+    let w = claim(&Write, "doc", "w", LEASE);
+    let link = store.link_for(&r1.keys.key);
+
+    let (c1, t1) = link.acquire(&Read, &r1, None, LEASE).await.unwrap();
+    let (c2, t2) = link.acquire(&Read, &r2, None, LEASE).await.unwrap();
+    assert_eq!((c1, c2), (1, 1));
+    assert!(t2 > t1, "a joining reader gets a token of its own");
+    // A writer is refused and waits at most half its claim; new readers queue behind it.
+    let (zero, wait) = link.acquire(&Write, &w, None, LEASE).await.unwrap();
+    assert_eq!(zero, 0);
+    assert!(wait > 0 && wait <= 1000, "{wait}");
+    assert_eq!(link.acquire(&Read, &r3, None, LEASE).await.unwrap().0, 0);
+    for (i, r) in [&r1, &r2].into_iter().enumerate() {
+        let latch = format!("{}rl{i}", r.keys.latch_prefix);
+        assert_eq!(
+            link.release(&Read, r, &latch, LEASE).await.unwrap(),
+            (0, None)
+        );
+    }
+    let (one, tw) = link.acquire(&Write, &w, None, LEASE).await.unwrap();
+    assert_eq!(one, 1);
+    assert!(tw > t2);
+    assert_eq!(link.renew(&Write, &[&w]).await.unwrap(), vec![1]);
+    assert_eq!(link.renew(&Read, &[&r1]).await.unwrap(), vec![0]);
+    // The writer reads as itself (a downgrade), under its own token, then leaves: the lock
+    // turns read and another reader may join.
+    let wr = claim(&Read, "doc", "w", LEASE);
+    let marker = format!("{}wr", wr.keys.latch_prefix);
+    assert_eq!(
+        link.acquire(&Read, &wr, Some(&marker), LEASE)
+            .await
+            .unwrap(),
+        (1, tw)
+    );
+    let wl = format!("{}wl", w.keys.latch_prefix);
+    assert_eq!(
+        link.release(&Write, &w, &wl, LEASE).await.unwrap(),
+        (0, None)
+    );
+    assert_eq!(link.acquire(&Read, &r3, None, LEASE).await.unwrap().0, 1);
+    // The writer's read, undone by its marker once.
+    assert_eq!(link.undo_reentry(&Read, &wr, &marker).await.unwrap(), 0);
+    assert_eq!(link.undo_reentry(&Read, &wr, &marker).await.unwrap(), -1);
+    assert_eq!(link.force_unlock(&Read, &r3.keys).await.unwrap(), 1);
+    assert!(!link.exists(&Write, &w.keys.key).await.unwrap());
+}
+
+#[test]
+fn keys_of_a_kind_differ_from_the_plain_lock() {
+    let plain: LockKeys = Plain.keys("dlock:", "x");
+    assert_ne!(plain.key, Read.keys("dlock:", "x").key);
+    assert_ne!(plain.key, Semaphore { permits: 1 }.keys("dlock:", "x").key);
+}
