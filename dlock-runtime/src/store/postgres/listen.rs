@@ -42,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::retry::Backoff;
 use crate::store::postgres::channel::pg_channel;
+use crate::store::postgres::errors::PgError;
 
 /// Receives a notification: (dlock channel, not the PostgreSQL name; payload).
 pub(crate) type Dispatch = Box<dyn Fn(&str, &str) + Send + Sync>;
@@ -54,18 +55,6 @@ pub(crate) struct ListenHooks {
     pub(crate) resubscribed: Box<dyn Fn() + Send + Sync>,
     /// Bound on each LISTEN / UNLISTEN / health-query round trip.
     pub(crate) ack_timeout: Duration,
-}
-
-/// Why the listener could not start. Not just `tokio_postgres::Error`: the whole connect is
-/// bounded here (see `open`), and tokio-postgres has no public way to make a timeout error.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum StartError {
-    #[error("could not open the PostgreSQL listener connection: {0}")]
-    Connect(#[from] tokio_postgres::Error),
-    #[error("timed out after {0:?} opening the PostgreSQL listener connection")]
-    TimedOut(Duration),
-    #[error("the runtime the PostgreSQL listener was to run on has shut down")]
-    RuntimeGone,
 }
 
 enum Command {
@@ -91,14 +80,14 @@ impl PgListener {
         rt: &tokio::runtime::Handle,
         connect_timeout: Duration,
         health_interval: Duration,
-    ) -> Result<PgListener, StartError> {
+    ) -> Result<PgListener, PgError> {
         let hooks = Arc::new(hooks);
         let routes = Arc::new(Routes::default());
         let first = {
             let (config, routes, hooks) = (config.clone(), routes.clone(), hooks.clone());
             rt.spawn(async move { open(&config, connect_timeout, routes, hooks).await })
                 .await
-                .map_err(|_| StartError::RuntimeGone)??
+                .map_err(|_| PgError::refused(OPENING, "the client's runtime has shut down"))??
         };
         let (tx, rx) = mpsc::unbounded_channel();
         let stop = CancellationToken::new();
@@ -194,19 +183,23 @@ impl Drop for Driver {
     }
 }
 
+/// What the listener's connection errors say was being done.
+const OPENING: &str = "opening the PostgreSQL listener connection";
+
 /// Opens a connection within `timeout` and starts its driver on the current runtime.
 async fn open(
     config: &Config,
     timeout: Duration,
     routes: Arc<Routes>,
     hooks: Arc<ListenHooks>,
-) -> Result<Session, StartError> {
+) -> Result<Session, PgError> {
     // Bounded here rather than by the config's own connect timeout, which covers only the TCP
     // connect: a server that accepts and then says nothing (stopped, behind a frozen proxy)
     // would hold the startup exchange forever.
     let (client, connection) = match tokio::time::timeout(timeout, config.connect(NoTls)).await {
-        Ok(opened) => opened?,
-        Err(_) => return Err(StartError::TimedOut(timeout)),
+        Ok(Ok(opened)) => opened,
+        Ok(Err(e)) => return Err(PgError::connecting(OPENING, e)),
+        Err(_) => return Err(PgError::timeout(OPENING, timeout)),
     };
     let driver = Driver(tokio::spawn(drive(connection, routes, hooks)));
     Ok(Session { client, driver })
@@ -262,7 +255,7 @@ async fn round_trip<T>(
                     Some(Severity::Fatal | Severity::Panic)
                 ) =>
             {
-                tracing::warn!(error = %e, "dlock: PostgreSQL refused a LISTEN on the listener connection; waiters fall back to lease-bounded retries");
+                tracing::warn!(error = %e, "dlock: PostgreSQL refused a statement on the listener connection; waiters of unconfirmed channels fall back to lease-bounded retries");
                 Reply::Refused
             }
             _ => Reply::Dead,
@@ -382,7 +375,7 @@ impl Task {
                 _ = &mut session.driver.0 => return Ended::Lost("connection closed"),
                 _ = tokio::time::sleep_until(next_check) => {
                     if self.check(session).await == Reply::Dead {
-                        return Ended::Lost("no reply to the health query in time");
+                        return Ended::Lost("the health query failed or got no reply in time");
                     }
                 }
                 cmd = self.commands.recv() => match cmd {
@@ -446,7 +439,7 @@ impl Task {
                             round_trip(self.hooks.ack_timeout, session.client.batch_execute(&sql))
                                 .await;
                         if reply == Reply::Dead {
-                            return Err("no reply to UNLISTEN in time");
+                            return Err("UNLISTEN failed or got no reply in time");
                         }
                     }
                 }
@@ -469,7 +462,7 @@ impl Task {
                         let _ = ack.send(reply != Reply::Dead && self.listening.contains(&pg));
                     }
                     if reply == Reply::Dead {
-                        return Err("no reply to LISTEN in time");
+                        return Err("LISTEN failed or got no reply in time");
                     }
                 }
             }
@@ -501,4 +494,362 @@ impl Task {
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use std::time::Duration;
+
+    use tokio::sync::{mpsc, oneshot};
+
+    use super::*;
+
+    #[test]
+    fn channels_sharing_a_pg_channel_are_both_dispatched_and_unlistened_with_the_last() {
+        // A hash collision cannot be produced on demand, so the routes are given one directly.
+        let routes = Routes::default();
+        routes.add("dlock_x", "a");
+        routes.add("dlock_x", "b");
+        routes.add("dlock_x", "a"); // a repeated subscribe, not a second reference
+        assert_eq!(routes.targets("dlock_x"), ["a", "b"]);
+        assert!(!routes.remove("dlock_x", "a"), "b still needs the LISTEN");
+        assert_eq!(routes.targets("dlock_x"), ["b"]);
+        assert!(routes.remove("dlock_x", "b"), "the last one gone: UNLISTEN");
+        assert!(routes.targets("dlock_x").is_empty());
+        assert!(
+            !routes.remove("dlock_x", "b"),
+            "nothing left to UNLISTEN twice"
+        );
+    }
+
+    #[test]
+    fn identifiers_are_quoted_with_inner_quotes_doubled() {
+        assert_eq!(quote_ident("dlock_00ff"), "\"dlock_00ff\"");
+        assert_eq!(quote_ident("Mixed\"q"), "\"Mixed\"\"q\"");
+    }
+
+    #[cfg(feature = "testing")]
+    mod server {
+        use super::*;
+        use crate::testing::postgres::PgServer;
+
+        const ACK: Duration = Duration::from_millis(300);
+        /// Bound on anything expected "soon" here; far above every timeout in play.
+        const SOON: Duration = Duration::from_secs(10);
+        /// The listener's connections, told apart in `pg_stat_activity`.
+        const APP: &str = "dlock-listen-test";
+
+        /// What the hooks heard.
+        struct Heard {
+            notes: mpsc::UnboundedReceiver<(String, String)>,
+            resubscribed: mpsc::UnboundedReceiver<()>,
+        }
+
+        impl Heard {
+            async fn next(&mut self) -> (String, String) {
+                tokio::time::timeout(SOON, self.notes.recv())
+                    .await
+                    .expect("a notification in time")
+                    .expect("listener alive")
+            }
+
+            async fn resubscribed(&mut self) {
+                tokio::time::timeout(SOON, self.resubscribed.recv())
+                    .await
+                    .expect("resubscribed in time")
+                    .expect("listener alive");
+            }
+        }
+
+        async fn start(server: &PgServer, health_interval: Duration) -> (PgListener, Heard) {
+            let mut config: Config = server.url().parse().unwrap();
+            config.application_name(APP);
+            let (notes_tx, notes) = mpsc::unbounded_channel();
+            let (resub_tx, resubscribed) = mpsc::unbounded_channel();
+            let hooks = ListenHooks {
+                dispatch: Box::new(move |channel, payload| {
+                    let _ = notes_tx.send((channel.to_owned(), payload.to_owned()));
+                }),
+                resubscribed: Box::new(move || {
+                    let _ = resub_tx.send(());
+                }),
+                ack_timeout: ACK,
+            };
+            let listener = PgListener::start(
+                config,
+                hooks,
+                &tokio::runtime::Handle::current(),
+                Duration::from_millis(500),
+                health_interval,
+            )
+            .await
+            .unwrap();
+            (
+                listener,
+                Heard {
+                    notes,
+                    resubscribed,
+                },
+            )
+        }
+
+        /// Subscribes and returns the acknowledgement.
+        async fn subscribe(listener: &PgListener, channel: &str) -> bool {
+            let (tx, rx) = oneshot::channel();
+            listener.subscribe(channel, tx);
+            tokio::time::timeout(SOON, rx)
+                .await
+                .expect("acknowledged in time")
+                .expect("acknowledgement sent")
+        }
+
+        /// A second connection, as a releasing client would send its NOTIFY.
+        async fn connect(server: &PgServer) -> Client {
+            let (client, connection) = tokio_postgres::connect(&server.url(), NoTls).await.unwrap();
+            tokio::spawn(connection);
+            client
+        }
+
+        async fn notify(client: &Client, channel: &str) {
+            let pg = pg_channel(channel);
+            let sent = async {
+                client
+                    .execute("SELECT pg_notify($1, 'released')", &[&pg])
+                    .await
+            };
+            tokio::time::timeout(SOON, sent)
+                .await
+                .expect("NOTIFY sent in time")
+                .unwrap();
+        }
+
+        /// How many connections of the listener the server has.
+        async fn listener_backends(client: &Client) -> i64 {
+            let row = client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                    &[&APP],
+                )
+                .await
+                .unwrap();
+            row.get(0)
+        }
+
+        /// A throw-away server; `None` (and a `skipped:` line, as the store's other tests print)
+        /// where PostgreSQL's server binaries are missing. CI installs them.
+        async fn server(test: &str) -> Option<PgServer> {
+            if !crate::testing::postgres::postgres_available() {
+                println!("skipped: store::postgres::listen::{test}: no PostgreSQL server binaries (PG_BIN_DIR, pg_config --bindir, /usr/lib/postgresql/*/bin)");
+                return None;
+            }
+            let started = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
+            Some(started.expect("a throw-away PostgreSQL server"))
+        }
+
+        #[tokio::test]
+        async fn a_notify_reaches_dispatch_under_the_dlock_channel_name() {
+            let Some(server) =
+                server("a_notify_reaches_dispatch_under_the_dlock_channel_name").await
+            else {
+                return;
+            };
+            let (listener, mut heard) = start(&server, Duration::from_secs(2)).await;
+            let channel = "dlock:{order:1}:released";
+            assert!(subscribe(&listener, channel).await);
+            // Subscribing again (a second waiter) needs no round trip and is confirmed too.
+            assert!(subscribe(&listener, channel).await);
+            let sender = connect(&server).await;
+            notify(&sender, channel).await;
+            assert_eq!(
+                heard.next().await,
+                (channel.to_owned(), "released".to_owned())
+            );
+            listener.stop();
+        }
+
+        #[tokio::test]
+        async fn a_ten_thousand_character_channel_name_works() {
+            let Some(server) = server("a_ten_thousand_character_channel_name_works").await else {
+                return;
+            };
+            let (listener, mut heard) = start(&server, Duration::from_secs(2)).await;
+            let channel = format!("dlock:{{{}}}:released", "k".repeat(10_000));
+            assert!(subscribe(&listener, &channel).await);
+            let sender = connect(&server).await;
+            notify(&sender, &channel).await;
+            assert_eq!(heard.next().await.0, channel);
+            listener.stop();
+        }
+
+        #[tokio::test]
+        async fn an_unsubscribed_channel_hears_nothing_and_one_subscribed_again_does() {
+            let Some(server) =
+                server("an_unsubscribed_channel_hears_nothing_and_one_subscribed_again_does").await
+            else {
+                return;
+            };
+            let (listener, mut heard) = start(&server, Duration::from_secs(2)).await;
+            assert!(subscribe(&listener, "a").await);
+            assert!(subscribe(&listener, "b").await);
+            listener.unsubscribe("a");
+            // Commands are applied in order: once this is acknowledged, "a" is UNLISTENed.
+            assert!(subscribe(&listener, "c").await);
+            let sender = connect(&server).await;
+            notify(&sender, "a").await;
+            notify(&sender, "b").await;
+            // One sender's notifications arrive in the order sent: "a" would have come first.
+            assert_eq!(heard.next().await.0, "b");
+
+            // Unsubscribed and subscribed again before the task ran either: still listened.
+            listener.unsubscribe("b");
+            assert!(subscribe(&listener, "b").await);
+            notify(&sender, "b").await;
+            assert_eq!(heard.next().await.0, "b");
+            listener.stop();
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_killed_and_restarted_server_is_listened_again_and_everyone_woken() {
+            let Some(mut server) =
+                server("a_killed_and_restarted_server_is_listened_again_and_everyone_woken").await
+            else {
+                return;
+            };
+            let (listener, mut heard) = start(&server, Duration::from_secs(2)).await;
+            assert!(subscribe(&listener, "a").await);
+            let server = tokio::task::spawn_blocking(move || {
+                server.kill();
+                server.start_again().expect("restarted");
+                server
+            })
+            .await
+            .unwrap();
+            heard.resubscribed().await;
+            let sender = connect(&server).await;
+            notify(&sender, "a").await;
+            assert_eq!(heard.next().await.0, "a");
+            listener.stop();
+        }
+
+        #[tokio::test]
+        async fn a_terminated_backend_is_replaced() {
+            let Some(server) = server("a_terminated_backend_is_replaced").await else {
+                return;
+            };
+            let (listener, mut heard) = start(&server, Duration::from_secs(2)).await;
+            assert!(subscribe(&listener, "a").await);
+            let admin = connect(&server).await;
+            let killed = admin
+                .execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+                    &[&APP],
+                )
+                .await
+                .unwrap();
+            assert_eq!(killed, 1);
+            heard.resubscribed().await;
+            notify(&admin, "a").await;
+            assert_eq!(heard.next().await.0, "a");
+            listener.stop();
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_silent_link_is_noticed_by_the_health_query_and_replaced() {
+            let Some(server) =
+                server("a_silent_link_is_noticed_by_the_health_query_and_replaced").await
+            else {
+                return;
+            };
+            let interval = Duration::from_millis(200);
+            let (listener, mut heard) = start(&server, interval).await;
+            assert!(subscribe(&listener, "a").await);
+            server.pause();
+            // Nothing announces that the listener gave the silent connection up, and after the
+            // resume the old connection would answer again; so the pause lasts past the bound
+            // under test (interval + ack timeout), and only a replacement fires `resubscribed`.
+            tokio::time::sleep(interval + ACK + Duration::from_millis(500)).await;
+            server.resume();
+            heard.resubscribed().await;
+            let sender = connect(&server).await;
+            notify(&sender, "a").await;
+            assert_eq!(heard.next().await.0, "a");
+            listener.stop();
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_subscribe_to_a_silent_server_is_unconfirmed_within_the_ack_timeout() {
+            let Some(server) =
+                server("a_subscribe_to_a_silent_server_is_unconfirmed_within_the_ack_timeout")
+                    .await
+            else {
+                return;
+            };
+            // No health checks: the unanswered LISTEN alone must get the connection replaced.
+            let (listener, mut heard) = start(&server, Duration::from_secs(3600)).await;
+            server.pause();
+            let started = Instant::now();
+            assert!(!subscribe(&listener, "a").await);
+            let took = started.elapsed();
+            assert!(took < ACK + Duration::from_millis(200), "{took:?}");
+            server.resume();
+            // The replacement LISTENs "a", then wakes its waiters.
+            heard.resubscribed().await;
+            assert!(subscribe(&listener, "a").await);
+            let sender = connect(&server).await;
+            notify(&sender, "a").await;
+            assert_eq!(heard.next().await.0, "a");
+            listener.stop();
+        }
+
+        #[tokio::test]
+        async fn stop_closes_the_connection() {
+            let Some(server) = server("stop_closes_the_connection").await else {
+                return;
+            };
+            let (listener, _heard) = start(&server, Duration::from_secs(2)).await;
+            assert!(subscribe(&listener, "a").await);
+            let admin = connect(&server).await;
+            assert_eq!(listener_backends(&admin).await, 1);
+            listener.stop();
+            // The server notices the closed socket on its own time: polled, bounded by SOON.
+            let started = Instant::now();
+            while listener_backends(&admin).await != 0 {
+                assert!(started.elapsed() < SOON, "listener connection still open");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_start_against_a_silent_server_fails_within_the_connect_timeout() {
+            let Some(server) =
+                server("a_start_against_a_silent_server_fails_within_the_connect_timeout").await
+            else {
+                return;
+            };
+            // The kernel still accepts the TCP connection; the startup exchange gets no answer.
+            server.pause();
+            let hooks = ListenHooks {
+                dispatch: Box::new(|_, _| {}),
+                resubscribed: Box::new(|| {}),
+                ack_timeout: ACK,
+            };
+            let connect_timeout = Duration::from_millis(400);
+            let started = Instant::now();
+            let opened = PgListener::start(
+                server.url().parse().unwrap(),
+                hooks,
+                &tokio::runtime::Handle::current(),
+                connect_timeout,
+                Duration::from_secs(2),
+            )
+            .await;
+            let took = started.elapsed();
+            server.resume();
+            let Err(e) = opened else {
+                panic!("started against a stopped server");
+            };
+            assert!(e.is_link_error(), "{e}");
+            assert!(
+                took < connect_timeout + Duration::from_millis(300),
+                "{took:?}"
+            );
+        }
+    }
+}
