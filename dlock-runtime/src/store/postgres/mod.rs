@@ -13,6 +13,8 @@ pub(crate) mod errors;
 #[allow(dead_code)]
 pub(crate) mod link;
 #[allow(dead_code)]
+pub(crate) mod listen;
+#[allow(dead_code)]
 pub(crate) mod schema;
 #[allow(dead_code)]
 pub(crate) mod store;
