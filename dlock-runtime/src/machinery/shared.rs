@@ -23,10 +23,10 @@ use crate::machinery::gate::Gates;
 use crate::machinery::hold::Hold;
 use crate::machinery::shard_subscriber;
 use crate::machinery::waiters::{WaiterSettings, Waiters, DEFAULT_HEALTH_INTERVAL};
+use crate::machinery::watchdog::Renewer;
 use crate::machinery::watchdog::Watchdog;
 use crate::machinery::written::Written;
 use crate::machinery::{failover_watch, primary_switch};
-use crate::machinery::watchdog::Renewer;
 #[cfg(feature = "postgres")]
 use crate::settings::{is_postgres_url, Target};
 use crate::settings::{Bounds, ReplicaSync, Settings};
@@ -97,6 +97,84 @@ impl Shared {
             }
         }
         Self::connect_redis(b).await
+    }
+
+    /// [`Shared::connect`] to PostgreSQL: a fixed set of connections for requests, one LISTEN
+    /// connection for the waiters, and dlock's schema created on first use.
+    #[cfg(feature = "postgres")]
+    async fn connect_postgres(b: Settings, raw_url: &str) -> Result<Arc<Self>, LockError> {
+        use crate::store::postgres::store::PgStore;
+        let url = crate::settings::redact(raw_url);
+        let failed =
+            |e: crate::store::postgres::errors::PgError| e.into_lock_error("", "connect", &url);
+        let config: tokio_postgres::Config = raw_url.parse().map_err(|e| {
+            LockError::invalid("", format!("cannot read the PostgreSQL URL {url}: {e}"))
+        })?;
+        let client_id = format!("{:032x}", rand::random::<u128>());
+        let bg = Background::start(&client_id).map_err(|e| {
+            LockError::invalid("", format!("cannot start the client's thread: {e}"))
+        })?;
+        let store = PgStore::connect(
+            config.clone(),
+            &b.postgres_schema,
+            b.connections,
+            b.connect_timeout,
+            b.response_timeout,
+            bg.handle(),
+        )
+        .await
+        .map_err(failed)?;
+        let stop = CancellationToken::new();
+        let watchdog = Arc::new(Watchdog::start(
+            Renewer::Postgres(store.clone()),
+            url.clone(),
+            bg.handle(),
+            stop.clone(),
+        ));
+        let hook = Arc::downgrade(&watchdog);
+        let waiters = Waiters::start_postgres(
+            config,
+            WaiterSettings {
+                connect_timeout: b.connect_timeout,
+                ack_timeout: b.response_timeout.min(Duration::from_secs(1)),
+                health_interval: DEFAULT_HEALTH_INTERVAL,
+                on_connection_change: Box::new(move || {
+                    if let Some(w) = hook.upgrade() {
+                        w.renew_all_now();
+                    }
+                }),
+                stop: stop.clone(),
+            },
+            bg.handle(),
+        )
+        .await
+        .map_err(failed)?;
+        let shared = Arc::new(Shared {
+            sharded_pubsub: false,
+            watchdog,
+            url,
+            backing: Backing::Postgres(store),
+            sync: None,
+            stop,
+            closed: AtomicBool::new(false),
+            acquiring: Arc::default(),
+            prefix: b.prefix,
+            default_ttl: b.default_ttl,
+            default_wait: b.default_wait,
+            response_timeout: b.response_timeout,
+            latch_ttl: b.latch_ttl,
+            handoff: b.handoff,
+            // NOTIFY cannot count its listeners.
+            publish_counts_all: false,
+            client_id,
+            seq: AtomicU64::new(0),
+            waiters,
+            gates: Gates::default(),
+            written: Arc::default(),
+            bg,
+        });
+        tracing::debug!(url = %shared.url, client_id = %shared.client_id, "dlock client connected to PostgreSQL");
+        Ok(shared)
     }
 
     /// [`Shared::connect`] to Redis: one server, a cluster or a Sentinel-managed primary.
@@ -249,21 +327,11 @@ impl Shared {
         }
     }
 
-    /// Which store this client keeps its locks in: "redis" or "postgres".
-    pub(crate) fn store_name(&self) -> &'static str {
-        match &self.backing {
-            Backing::Redis { .. } => "redis",
-            #[cfg(feature = "postgres")]
-            Backing::Postgres(_) => "postgres",
-        }
-    }
-
     /// The command connection for requests about `key` (see `Pool::for_key`): an acquire
     /// and a release of one key go over the same socket, in order.
     fn conn_for(pool: &Pool, key: &str) -> Conn {
         pool.for_key(key)
     }
-
 
     /// The store link for requests about `key` (see [`Shared::conn_for`]).
     pub(crate) fn link_for(&self, key: &str) -> Link {

@@ -218,6 +218,82 @@ impl Waiters {
         })
     }
 
+    /// The waiters of a PostgreSQL store: one LISTEN connection (`store/postgres/listen.rs`)
+    /// carries every channel's NOTIFY, as the pub/sub connection does on Redis. A replaced
+    /// connection (the listener LISTENs every channel again first) wakes every waiter and tells
+    /// the holders, as a Redis reconnect does.
+    #[cfg(feature = "postgres")]
+    pub(crate) async fn start_postgres(
+        config: tokio_postgres::Config,
+        settings: WaiterSettings,
+        rt: &tokio::runtime::Handle,
+    ) -> Result<Self, crate::store::postgres::errors::PgError> {
+        use crate::store::postgres::listen::{ListenHooks, PgListener};
+        let shared = Arc::new(Shared::default());
+        shared.epoch.store(1, Ordering::Release);
+        shared.connected.store(true, Ordering::Release);
+        let (to, replaced) = (shared.clone(), shared.clone());
+        let on_change = settings.on_connection_change;
+        let hooks = ListenHooks {
+            dispatch: Box::new(move |channel, message| to.dispatch(channel, message.to_owned())),
+            resubscribed: Box::new(move || {
+                // Every live channel was LISTENed again on the new connection before this.
+                let epoch = replaced.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+                for ch in replaced.channels().values() {
+                    ch.state.confirmed_on.store(epoch, Ordering::Release);
+                }
+                replaced.wake_all();
+                on_change();
+            }),
+            ack_timeout: settings.ack_timeout,
+        };
+        let listener = PgListener::start(
+            config,
+            hooks,
+            rt,
+            settings.connect_timeout,
+            settings.health_interval,
+        )
+        .await?;
+        let (tx, mut rx) = mpsc::unbounded_channel::<Command>();
+        let (state_of, stop) = (shared.clone(), settings.stop);
+        rt.spawn(async move {
+            loop {
+                let command = tokio::select! {
+                    () = stop.cancelled() => break,
+                    command = rx.recv() => command,
+                };
+                match command {
+                    Some(Command::Subscribe(channel, state, ack)) => {
+                        let (confirmed_tx, confirmed_rx) = oneshot::channel();
+                        listener.subscribe(&channel, confirmed_tx);
+                        let epoch = state_of.epoch.load(Ordering::Acquire);
+                        // The listener answers within its ack timeout; this waiter's own wait
+                        // for the answer is bounded the same way in `subscribe`.
+                        drop(tokio::spawn(async move {
+                            let confirmed = confirmed_rx.await.unwrap_or(false);
+                            if confirmed {
+                                state.confirmed_on.store(epoch, Ordering::Release);
+                            }
+                            let _ = ack.send(confirmed);
+                        }));
+                    }
+                    Some(Command::Unsubscribe(channel)) => listener.unsubscribe(&channel),
+                    // A PostgreSQL server has no primary that moves under one URL.
+                    Some(Command::Reconnect) => {}
+                    None => break,
+                }
+            }
+            listener.stop();
+        });
+        Ok(Waiters {
+            shared,
+            commands: tx,
+            ack_timeout: settings.ack_timeout,
+            sharded: std::sync::OnceLock::new(),
+        })
+    }
+
     /// A handle that makes the subscriber move to a new connection (see [`Reconnect`]).
     pub(crate) fn reconnect_handle(&self) -> Reconnect {
         Reconnect(self.commands.clone())

@@ -168,7 +168,9 @@ impl Settings {
         }
         let name = &self.postgres_schema;
         if name.is_empty() || name.len() > 63 {
-            return bad(format!("postgres_schema `{name}` must be 1 to 63 bytes (a PostgreSQL identifier)"));
+            return bad(format!(
+                "postgres_schema `{name}` must be 1 to 63 bytes (a PostgreSQL identifier)"
+            ));
         }
         Ok(())
     }

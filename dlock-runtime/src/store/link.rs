@@ -157,8 +157,9 @@ impl Link {
                 .await
                 .map_err(StoreError::Redis),
             #[cfg(feature = "postgres")]
-            Link::Postgres(link) => (link.available(semaphore.permits, &keys.key).await)
-                .map_err(StoreError::Postgres),
+            Link::Postgres(link) => {
+                (link.available(semaphore.permits, &keys.key).await).map_err(StoreError::Postgres)
+            }
         }
     }
 

@@ -16,6 +16,7 @@ pub(super) struct Calls {
     pub(super) renew: String,
     pub(super) force_unlock: String,
     pub(super) pttl: String,
+    #[cfg(test)]
     pub(super) micros: String,
 }
 
@@ -40,6 +41,7 @@ impl Calls {
             renew: format!("SELECT {s}.renew($1, $2, $3, $4)"),
             force_unlock: format!("SELECT {s}.force_unlock($1, $2)"),
             pttl: format!("SELECT {s}.pttl($1)"),
+            #[cfg(test)]
             micros: format!("SELECT {s}.micros(clock_timestamp())"),
         }
     }

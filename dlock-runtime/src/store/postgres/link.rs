@@ -409,7 +409,9 @@ impl PgLink {
         column(&row, 0)
     }
 
-    /// The server's clock in µs (the clock term of the fencing tokens).
+    /// The server's clock in µs (the clock term of the fencing tokens); the tests compare
+    /// tokens with it.
+    #[cfg(test)]
     pub(crate) async fn server_micros(&self) -> Result<i64, PgError> {
         let what = || "reading the server's clock".to_owned();
         let row = self.call(what, &self.inner.calls.micros, &[]).await?;

@@ -106,14 +106,4 @@ impl PgStore {
         let slot = self.inner.next.fetch_add(1, Ordering::Relaxed) % self.inner.slots.len();
         PgLink::new(self.inner.clone(), slot)
     }
-
-    /// The connection settings (the LISTEN side opens its own connection from them).
-    pub(crate) fn config(&self) -> &Config {
-        &self.inner.config
-    }
-
-    /// The schema dlock's objects live in (checked, unquoted).
-    pub(crate) fn schema(&self) -> &str {
-        self.inner.schema.name()
-    }
 }

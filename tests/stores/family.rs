@@ -1,0 +1,105 @@
+//! The family of kinds on every store: a semaphore, a read-write lock, and a kind a store does
+//! not offer, refused at the call that asks for it, naming the store and the kind.
+
+use std::time::Duration;
+
+use super::both::{stores, Store};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_lets_in_its_permits_and_no_more() {
+    for store in stores() {
+        let (a, b) = (store.client().await, store.client().await);
+        let sem = a.semaphore("stores:sem", 2);
+        let one = sem.acquire().await.expect("first permit");
+        let two = b
+            .semaphore("stores:sem", 2)
+            .acquire()
+            .await
+            .expect("second permit");
+        assert_eq!(
+            sem.available().await.expect("available"),
+            0,
+            "{}",
+            store.name()
+        );
+        assert!(
+            sem.try_acquire().await.expect("try").is_none(),
+            "{}: a third permit of two",
+            store.name()
+        );
+        one.release().await.expect("release");
+        let three = sem
+            .try_acquire()
+            .await
+            .expect("try")
+            .expect("a permit is free");
+        three.release().await.expect("release");
+        two.release().await.expect("release");
+        assert_eq!(
+            sem.available().await.expect("available"),
+            2,
+            "{}",
+            store.name()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_share_and_a_writer_excludes() {
+    for store in stores() {
+        let (a, b) = (store.client().await, store.client().await);
+        let rw_a = a.read_write_lock("stores:rw");
+        let rw_b = b.read_write_lock("stores:rw");
+        let r1 = rw_a.read().acquire().await.expect("read");
+        let r2 = rw_b
+            .read()
+            .try_acquire()
+            .await
+            .expect("try")
+            .expect("readers share");
+        assert!(
+            rw_b.write().try_acquire().await.expect("try").is_none(),
+            "{}: a writer beside readers",
+            store.name()
+        );
+        r1.release().await.expect("release");
+        r2.release().await.expect("release");
+        let w = (rw_b.write())
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", store.name()));
+        assert!(
+            rw_a.read().try_acquire().await.expect("try").is_none(),
+            "{}: a reader beside a writer",
+            store.name()
+        );
+        w.release().await.expect("release");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_the_store_lacks_is_a_clear_error() {
+    for store in stores() {
+        let client = store.client().await;
+        let result = client.fair_lock("stores:fair").try_acquire().await;
+        match store {
+            Store::Redis(_) => {
+                let g = result.expect("fair lock on redis").expect("free");
+                g.release().await.expect("release");
+            }
+            Store::Postgres(_) => {
+                let Err(e) = result else {
+                    panic!("postgres: the fair lock was granted");
+                };
+                let text = e.to_string();
+                assert!(
+                    text.contains("stores:fair")
+                        && text.contains("PostgreSQL")
+                        && text.contains("fair"),
+                    "{text}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! The behaviour every store must give, from one test body per behaviour, run against Redis and
+//! PostgreSQL (`both.rs` starts one server of each; PostgreSQL where its binaries are installed,
+//! which CI makes sure of): exclusion, re-entry, wake-up by the release, cancelled acquires,
+//! leases and the lost signal, a restart of the store, fencing tokens, the family of kinds.
+//!
+//! One test binary for the area (one link instead of one per file); each file is a module.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod both;
+mod exclusion;
+mod family;
+mod faults;
+mod waking;
