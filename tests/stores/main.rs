@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod attribute;
 mod both;
 mod exclusion;
 mod family;

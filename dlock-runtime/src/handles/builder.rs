@@ -161,6 +161,19 @@ impl LockClientBuilder {
         self
     }
 
+    /// Where the PostgreSQL store's one LISTEN connection goes (default: the client's URL).
+    ///
+    /// Every lock operation is one statement in its own transaction, so the client works
+    /// through a pooler in transaction mode (PgBouncer's `pool_mode = transaction`). LISTEN does
+    /// not: it belongs to a session, and such a pooler hands the next statement to another
+    /// server connection, so release notifications never arrive and waiters fall back to
+    /// retrying at the holder's lease end. Behind such a pooler, give the server's own address
+    /// (or a session-mode pool) here. Ignored for Redis.
+    pub fn postgres_listen_url(mut self, url: impl Into<String>) -> Self {
+        self.settings.postgres_listen_url = Some(url.into());
+        self
+    }
+
     /// Replica-synced locks, off by default: after every acquire and every renewal, the client
     /// sends `WAIT replicas within` on the same connection, in the same round trip (Redisson's
     /// `checkLockSyncedSlaves`). An acquire that Redis granted but fewer than `replicas`

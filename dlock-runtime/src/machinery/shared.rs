@@ -132,8 +132,15 @@ impl Shared {
             stop.clone(),
         ));
         let hook = Arc::downgrade(&watchdog);
+        let listen_config = match &b.postgres_listen_url {
+            Some(listen) => listen.parse().map_err(|e| {
+                let shown = crate::settings::redact(listen);
+                LockError::invalid("", format!("cannot read postgres_listen_url {shown}: {e}"))
+            })?,
+            None => config,
+        };
         let waiters = Waiters::start_postgres(
-            config,
+            listen_config,
             WaiterSettings {
                 connect_timeout: b.connect_timeout,
                 ack_timeout: b.response_timeout.min(Duration::from_secs(1)),

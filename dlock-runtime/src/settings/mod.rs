@@ -117,6 +117,9 @@ pub(crate) struct Settings {
     pub(crate) sync: Option<ReplicaSync>,
     /// The PostgreSQL schema dlock's tables and functions live in (a `postgres://` target).
     pub(crate) postgres_schema: String,
+    /// Where the PostgreSQL store's LISTEN connection goes, when not to the target's URL (a
+    /// transaction-mode pooler in front of the server forwards no notifications).
+    pub(crate) postgres_listen_url: Option<String>,
 }
 
 /// The schema of a PostgreSQL store unless the builder names another.
@@ -150,6 +153,7 @@ impl Settings {
             functions: true,
             sync: None,
             postgres_schema: DEFAULT_POSTGRES_SCHEMA.to_owned(),
+            postgres_listen_url: None,
         }
     }
 
@@ -165,6 +169,14 @@ impl Settings {
         }
         if self.tls_root.is_some() {
             return bad("tls_root_certificate is not supported by the PostgreSQL store yet: it connects without TLS (use a loopback or private network, or a TLS-terminating proxy)".into());
+        }
+        if let Some(url) = &self.postgres_listen_url {
+            if !is_postgres_url(url) {
+                return bad(format!(
+                    "postgres_listen_url `{}` is not a postgres:// URL",
+                    redact(url)
+                ));
+            }
         }
         let name = &self.postgres_schema;
         if name.is_empty() || name.len() > 63 {
@@ -280,6 +292,11 @@ impl std::fmt::Debug for Settings {
             .field("local_handoff_window", &self.handoff.window)
             .field("tls_root_certificates", &self.tls_root.is_some())
             .field("master_user", &self.master_auth.0)
+            .field("postgres_schema", &self.postgres_schema)
+            .field(
+                "postgres_listen_url",
+                &self.postgres_listen_url.as_deref().map(redact),
+            )
             .finish()
     }
 }

@@ -1,0 +1,85 @@
+//! `#[distributed_lock]` and `#[distributed_semaphore]` on a client of either store: the same
+//! annotated functions, unchanged, whichever URL the client was built from.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use dlock::{distributed_lock, distributed_semaphore, LockClient, LockError};
+
+use super::both::stores;
+
+#[derive(Debug)]
+struct AppError(String);
+
+impl From<LockError> for AppError {
+    fn from(e: LockError) -> Self {
+        AppError(e.to_string())
+    }
+}
+
+/// A read and a write in two steps: only exclusion keeps every increment.
+#[distributed_lock(key = "stores:attr:{name}", client = locks, ttl = "30s", wait = "20s")]
+async fn bump(locks: &LockClient, name: &str, counter: &AtomicUsize) -> Result<(), AppError> {
+    let seen = counter.load(Ordering::SeqCst);
+    tokio::task::yield_now().await;
+    counter.store(seen + 1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[distributed_semaphore(key = "stores:attr:sem", permits = 2, client = locks, ttl = "30s", wait = "20s")]
+async fn inside(locks: &LockClient, now: &AtomicUsize, peak: &AtomicUsize) -> Result<(), AppError> {
+    let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+    peak.fetch_max(n, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    now.fetch_sub(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[distributed_lock(key = "stores:attr:fails", client = locks, wait = "0s")]
+async fn fails(locks: &LockClient) -> Result<(), AppError> {
+    Err(AppError("the body failed".into()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_annotated_functions_run_on_every_store() {
+    for store in stores() {
+        let (a, b) = (store.client().await, store.client().await);
+        let counter = AtomicUsize::new(0);
+        let calls = (0..10).map(|i| {
+            let client = if i % 2 == 0 { &a } else { &b };
+            bump(client, "n", &counter)
+        });
+        for r in futures_util::future::join_all(calls).await {
+            r.unwrap_or_else(|e| panic!("{}: {e:?}", store.name()));
+        }
+        assert_eq!(
+            counter.load(Ordering::SeqCst),
+            10,
+            "{}: lost updates",
+            store.name()
+        );
+
+        let (now, peak) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let calls = (0..6).map(|i| inside(if i % 2 == 0 { &a } else { &b }, &now, &peak));
+        for r in futures_util::future::join_all(calls).await {
+            r.unwrap_or_else(|e| panic!("{}: {e:?}", store.name()));
+        }
+        let peak = peak.load(Ordering::SeqCst);
+        assert!(
+            (1..=2).contains(&peak),
+            "{}: {peak} bodies inside 2 permits",
+            store.name()
+        );
+
+        // The body's error comes back, and the lock is given back on that way out too.
+        assert!(fails(&a).await.is_err());
+        assert!(
+            !a.lock("stores:attr:fails")
+                .is_locked()
+                .await
+                .expect("is_locked"),
+            "{}: held after the body failed",
+            store.name()
+        );
+    }
+}
