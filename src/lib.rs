@@ -59,6 +59,8 @@
 //!
 //! ## Features
 //!
+//! * `postgres`: the PostgreSQL store, chosen by a `postgres://` URL (see the runtime docs,
+//!   "Stores"). Brings `tokio-postgres`; Redis-only users compile nothing of it.
 //! * `testing`: the `testing` module (`RedisServer`, `RedisCluster`, `RedisSentinel`), throw-away
 //!   Redis deployments for your own tests. Needs `redis-server` on the `PATH`.
 

@@ -193,6 +193,47 @@
 //! after the kill, at its scheduled renewal). That gap is data loss: the fencing token still
 //! rises for the next holder, and it is what protects the store.
 //!
+//! # Stores
+//!
+//! The URL picks the store; the rest of the API, the attribute included, stays the same.
+//! `redis://` and `rediss://` keep locks in Redis (the deployments above). With the `postgres`
+//! cargo feature, `postgres://` and `postgresql://` keep them in PostgreSQL
+//! (`LockClient::connect("postgres://app@db:5432/app")`); without the feature nothing of it is
+//! compiled, and such a URL is refused when the client is built.
+//!
+//! What the PostgreSQL store does, and why:
+//!
+//! * **Lease rows, not advisory locks.** A hold is a row `(key, owner, count, expires_at)` in
+//!   dlock's schema, written by SQL functions that mirror the Redis scripts (each takes a
+//!   transaction-scoped advisory lock on the key first, then reads `clock_timestamp()`). A
+//!   session advisory lock would die with its connection (a frozen link keeps it for ever, a
+//!   reconnect loses it) and does not survive a transaction-mode pooler; a lease row behaves as
+//!   a Redis key with a PTTL does, so the watchdog, the lost signal, orphan clean-up and
+//!   idempotent release retries are the same code for both stores.
+//! * **The lease** is measured from the client's send time and ends on the server's clock; a
+//!   holder that cannot renew reads lost when its validity ends, before the row expires.
+//! * **Fencing tokens** are `greatest(last + 1, server clock in µs)`: they keep rising after a
+//!   crash, after the token's row was deleted, and on a promoted standby that missed the last
+//!   writes (as long as clocks do not step back).
+//! * **Waiters** are woken by `NOTIFY` from the release, heard on one `LISTEN` connection per
+//!   client, however many tasks wait; a release wakes one waiter of each client. The client
+//!   opens `connections` (default 1) connections for requests plus that one.
+//! * **Poolers**: every lock operation is one statement, so the requests work through
+//!   PgBouncer in transaction mode; LISTEN does not, so give the server's own address with
+//!   [`LockClientBuilder::postgres_listen_url`] there (without it, waiters wake at the holder's
+//!   lease end).
+//! * **Schema**: [`LockClientBuilder::postgres_schema`] (default `dlock`), created with its
+//!   tables and functions on first use, in one transaction, safely from many clients at once.
+//!   A role without CREATE gets an error naming the statement an owner must run once.
+//! * **Kinds**: [`LockClient::lock`], [`LockClient::read_write_lock`],
+//!   [`LockClient::semaphore`], [`LockClient::multi_lock`] and the attribute's `kind`s for
+//!   them. Not offered yet, and refused at the acquire with an error naming the store and the
+//!   kind: the fair lock and the Redisson kinds. Redis-only, refused the same way:
+//!   `SegmentedStock`, `dlock::inspect`, `synced_replicas` (use `synchronous_commit` and
+//!   `synchronous_standby_names` on the server) and TLS (the store connects without it).
+//! * **Versions**: PostgreSQL 15, as CI checks it (`tests/stores` runs every shared behaviour
+//!   test against Redis and PostgreSQL from one body).
+//!
 //! # Where this differs from Redisson
 //!
 //! * Tasks of one process queue locally (FIFO) per key before contending in Redis: no local

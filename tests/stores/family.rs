@@ -103,3 +103,34 @@ async fn a_kind_the_store_lacks_is_a_clear_error() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_takes_all_its_locks_or_none() {
+    for store in stores() {
+        let (a, b) = (store.client().await, store.client().await);
+        let both = a
+            .multi_lock(["stores:multi:1", "stores:multi:2"])
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", store.name()));
+        assert!(
+            b.lock("stores:multi:2").try_acquire().await.expect("try").is_none(),
+            "{}: a member of a held multi-lock was free",
+            store.name()
+        );
+        both.release().await.expect("release");
+        // One member taken elsewhere: the multi-lock is refused and leaves the other free.
+        let one = b.lock("stores:multi:1").acquire().await.expect("acquire");
+        let refused = (a.multi_lock(["stores:multi:1", "stores:multi:2"]))
+            .wait(Duration::from_millis(300))
+            .acquire()
+            .await;
+        assert!(refused.is_err(), "{}: a multi-lock beside a held member", store.name());
+        assert!(
+            !a.lock("stores:multi:2").is_locked().await.expect("is_locked"),
+            "{}: a refused multi-lock kept a member",
+            store.name()
+        );
+        one.release().await.expect("release");
+    }
+}
