@@ -1,0 +1,140 @@
+//! dlock's PostgreSQL store and `distributed-lock`'s PostgreSQL backend (session advisory locks)
+//! on one throw-away PostgreSQL server (or `PG_URL`), interleaved in rounds: the uncontended
+//! acquire + release cycle as a ratio to a `SELECT 1` round trip of this run, and the handoff
+//! (release -> the waiting client holds) as a ratio to a `SELECT 1` sent after the same idle time.
+
+use std::time::{Duration, Instant};
+
+use distributed_lock_core::traits::{DistributedLock, LockHandle, LockProvider};
+use distributed_lock_postgres::PostgresLockProvider;
+use dlock::LockClient;
+
+const ROUNDS: usize = 4;
+const CYCLES: usize = 500;
+const HANDOFFS: usize = 60;
+/// How long the next holder is left waiting before the release: enough to be parked.
+const PARKED: Duration = Duration::from_millis(10);
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn p99(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() * 99 / 100]
+}
+
+async fn select1(url: &str, n: usize, idle: Duration) -> Duration {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        if !idle.is_zero() {
+            tokio::time::sleep(idle).await;
+        }
+        let t = Instant::now();
+        client.simple_query("SELECT 1").await.expect("SELECT 1");
+        v.push(t.elapsed());
+    }
+    median(v)
+}
+
+#[tokio::main]
+async fn main() {
+    let server;
+    let url = match std::env::var("PG_URL") {
+        Ok(url) => url,
+        Err(_) => {
+            server = dlock::testing::PgServer::start().expect("start PostgreSQL");
+            println!("PG_URL unset: started a temporary PostgreSQL at {}", server.url());
+            server.url()
+        }
+    };
+    let rtt = select1(&url, 2000, Duration::ZERO).await;
+    let idle_rtt = select1(&url, 200, PARKED).await;
+    println!("SELECT 1 RTT (median of 2000): {rtt:?}; after {PARKED:?} idle (median of 200): {idle_rtt:?}\n");
+
+    let (a, b) = (
+        LockClient::connect(&url).await.expect("dlock"),
+        LockClient::connect(&url).await.expect("dlock"),
+    );
+    let provider = PostgresLockProvider::new(url.clone()).await.expect("distributed-lock");
+    let provider_b = PostgresLockProvider::new(url.clone()).await.expect("distributed-lock");
+
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let (mut our_handoffs, mut their_handoffs) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        // dlock: the uncontended cycle.
+        let lock = a.lock("peers:cycle");
+        for _ in 0..CYCLES {
+            let t = Instant::now();
+            let g = lock.acquire().await.expect("acquire");
+            g.release().await.expect("release");
+            ours.push(t.elapsed());
+        }
+        // distributed-lock: the same.
+        let lock = provider.create_lock("peers:cycle");
+        for _ in 0..CYCLES {
+            let t = Instant::now();
+            let h = lock.acquire(Some(Duration::from_secs(5))).await.expect("acquire");
+            h.release().await.expect("release");
+            theirs.push(t.elapsed());
+        }
+        // dlock: handoff between two clients.
+        for _ in 0..HANDOFFS {
+            let g = a.lock("peers:handoff").acquire().await.expect("acquire");
+            let waiting = b.lock("peers:handoff").wait(Duration::from_secs(10));
+            let next = tokio::spawn(async move {
+                let g = waiting.acquire().await.expect("next");
+                let at = Instant::now();
+                g.release().await.expect("release");
+                at
+            });
+            tokio::time::sleep(PARKED).await;
+            let released = Instant::now();
+            g.release().await.expect("release");
+            our_handoffs.push(next.await.expect("task").duration_since(released));
+        }
+        // distributed-lock: the same.
+        for _ in 0..HANDOFFS {
+            let h = provider
+                .create_lock("peers:handoff")
+                .acquire(Some(Duration::from_secs(5)))
+                .await
+                .expect("acquire");
+            let waiting = provider_b.create_lock("peers:handoff");
+            let next = tokio::spawn(async move {
+                let h = waiting.acquire(Some(Duration::from_secs(10))).await.expect("next");
+                let at = Instant::now();
+                h.release().await.expect("release");
+                at
+            });
+            tokio::time::sleep(PARKED).await;
+            let released = Instant::now();
+            h.release().await.expect("release");
+            their_handoffs.push(next.await.expect("task").duration_since(released));
+        }
+        println!("round {} of {ROUNDS} done", round + 1);
+    }
+    let ratio = |d: Duration, base: Duration| d.as_secs_f64() / base.as_secs_f64();
+    println!();
+    for (name, v) in [("dlock (lease rows)", ours), ("distributed-lock-postgres (advisory)", theirs)] {
+        let (m, p) = (median(v.clone()), p99(v));
+        println!(
+            "uncontended cycle  {name:38} p50 {m:>10.1?} ({:5.2} RTT)  p99 {p:>10.1?} ({:5.2} RTT)",
+            ratio(m, rtt),
+            ratio(p, rtt)
+        );
+    }
+    for (name, v) in [("dlock (NOTIFY)", our_handoffs), ("distributed-lock-postgres", their_handoffs)] {
+        let (m, p) = (median(v.clone()), p99(v));
+        println!(
+            "handoff            {name:38} p50 {m:>10.1?} ({:5.2} idle RTT)  p99 {p:>10.1?} ({:5.2} idle RTT)",
+            ratio(m, idle_rtt),
+            ratio(p, idle_rtt)
+        );
+    }
+}
