@@ -114,7 +114,11 @@ async fn a_multi_lock_takes_all_its_locks_or_none() {
             .await
             .unwrap_or_else(|e| panic!("{}: {e}", store.name()));
         assert!(
-            b.lock("stores:multi:2").try_acquire().await.expect("try").is_none(),
+            b.lock("stores:multi:2")
+                .try_acquire()
+                .await
+                .expect("try")
+                .is_none(),
             "{}: a member of a held multi-lock was free",
             store.name()
         );
@@ -125,9 +129,16 @@ async fn a_multi_lock_takes_all_its_locks_or_none() {
             .wait(Duration::from_millis(300))
             .acquire()
             .await;
-        assert!(refused.is_err(), "{}: a multi-lock beside a held member", store.name());
         assert!(
-            !a.lock("stores:multi:2").is_locked().await.expect("is_locked"),
+            refused.is_err(),
+            "{}: a multi-lock beside a held member",
+            store.name()
+        );
+        assert!(
+            !a.lock("stores:multi:2")
+                .is_locked()
+                .await
+                .expect("is_locked"),
             "{}: a refused multi-lock kept a member",
             store.name()
         );

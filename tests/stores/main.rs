@@ -10,6 +10,7 @@ mod common;
 
 mod attribute;
 mod both;
+mod connections;
 mod exclusion;
 mod family;
 mod faults;

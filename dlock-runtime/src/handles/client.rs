@@ -129,7 +129,8 @@ impl LockClient {
     }
 
     /// A fair lock called `name`: granted first come, first served across processes. Its keys
-    /// differ from a plain lock's of the same name.
+    /// differ from a plain lock's of the same name. Redis only for now: on a PostgreSQL client
+    /// its acquire fails, naming the store and the kind.
     pub fn fair_lock(&self, name: impl Into<String>) -> Lock {
         Lock::of_kind(self.shared.clone(), name.into(), Arc::new(Fair))
     }
@@ -146,6 +147,9 @@ impl LockClient {
     /// [`LockGuard::fencing_token`](crate::LockGuard::fencing_token) is the Redis server's clock
     /// in µs at the grant, not a stored counter; for `RFencedLock`'s counter, shared with Java,
     /// use [`LockClient::redisson_fenced_lock`].
+    ///
+    /// Redis only (it speaks Redisson's protocol): on a PostgreSQL client its acquire fails,
+    /// naming the store and the kind.
     pub fn redisson_lock(&self, name: impl Into<String>) -> Lock {
         let kind = Arc::new(RedissonLock {
             sharded: self.shared.sharded_pubsub,
@@ -164,6 +168,9 @@ impl LockClient {
     /// That counter is one key per lock name which nobody deletes, as in Java: a Java
     /// `RFencedLock` counts on from it, so an expiry would hand out tokens again from 1. Use
     /// it for a bounded set of names; see the `dlock::redisson` page.
+    ///
+    /// Redis only (it speaks Redisson's protocol): on a PostgreSQL client its acquire fails,
+    /// naming the store and the kind.
     pub fn redisson_fenced_lock(&self, name: impl Into<String>) -> Lock {
         let kind = Arc::new(RedissonLock {
             sharded: self.shared.sharded_pubsub,
@@ -179,6 +186,9 @@ impl LockClient {
     /// Redisson's semantics (no writer preference; see the `dlock::redisson` page). Like
     /// `RReadWriteLock` it keeps no token counter: a guard's fencing token is the Redis
     /// server's clock in µs at the grant.
+    ///
+    /// Redis only (it speaks Redisson's protocol): on a PostgreSQL client its acquire fails,
+    /// naming the store and the kind.
     pub fn redisson_read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
         let sharded = self.shared.sharded_pubsub;
         ReadWriteLock::of_kinds(

@@ -1,0 +1,74 @@
+//! A PostgreSQL client keeps a fixed number of connections however many tasks wait: its
+//! request connections plus one LISTEN connection, which carries every waiter's wake-up.
+
+use std::time::Duration;
+
+use dlock::testing::{postgres_available, PgServer};
+use dlock::LockClient;
+
+/// Client backends connected to `server`, the asking `psql` left out.
+fn backends(server: &PgServer) -> usize {
+    let n = server
+        .psql(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+        )
+        .expect("count backends");
+    n.trim().parse().expect("a count")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_waiters_on_fifty_locks_use_the_same_two_connections() {
+    if !postgres_available() {
+        super::common::skipped("the PostgreSQL store", "no PostgreSQL server binaries");
+        return;
+    }
+    let server = PgServer::start().expect("start PostgreSQL");
+    let holder = LockClient::connect(&server.url()).await.expect("holder");
+    let mut guards = Vec::new();
+    for i in 0..50 {
+        let g = holder
+            .lock(format!("stores:conns:{i}"))
+            .acquire()
+            .await
+            .expect("acquire");
+        guards.push(g);
+    }
+    let waiting = LockClient::connect(&server.url())
+        .await
+        .expect("waiting client");
+    let before = backends(&server);
+    assert_eq!(
+        before, 4,
+        "two clients of one request and one LISTEN connection each"
+    );
+    let mut tasks = Vec::new();
+    for i in 0..50 {
+        let lock = waiting
+            .lock(format!("stores:conns:{i}"))
+            .wait(Duration::from_secs(30));
+        tasks.push(tokio::spawn(async move {
+            let g = lock
+                .acquire()
+                .await
+                .unwrap_or_else(|e| panic!("waiter {i}: {e}"));
+            g.release().await.expect("release");
+        }));
+    }
+    // Every waiter refused and parked: each has asked PostgreSQL at least once by now, so a
+    // connection per waiter would show.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(backends(&server), before, "waiting opened connections");
+    for g in guards {
+        g.release().await.expect("release");
+    }
+    let all = async {
+        for t in tasks {
+            t.await.expect("waiter");
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), all)
+        .await
+        .expect("50 waiters woken by 50 releases within 10 s (their leases are 30 s)");
+    assert_eq!(backends(&server), before);
+}
