@@ -14,4 +14,5 @@ mod connections;
 mod exclusion;
 mod family;
 mod faults;
+mod pooler;
 mod waking;
