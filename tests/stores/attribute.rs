@@ -72,7 +72,10 @@ async fn the_same_annotated_functions_run_on_every_store() {
         );
 
         // The body's error comes back, and the lock is given back on that way out too.
-        assert!(fails(&a).await.is_err());
+        let Err(AppError(said)) = fails(&a).await else {
+            panic!("{}: the failing body succeeded", store.name());
+        };
+        assert_eq!(said, "the body failed");
         assert!(
             !a.lock("stores:attr:fails")
                 .is_locked()
