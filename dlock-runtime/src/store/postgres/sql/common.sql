@@ -27,22 +27,28 @@ AS $body$
 DECLARE
   v_keys text[];
 BEGIN
+  -- One op in eight sweeps, up to 32 rows a table: that is four rows an op, more than the one
+  -- latch or marker an op leaves, at an eighth of the cost (measured: a sweep on every op was
+  -- a fifth of an uncontended cycle's server time).
+  IF random() >= 0.125 THEN
+    RETURN;
+  END IF;
   DELETE FROM @schema@.latches WHERE id IN (
     SELECT l.id FROM @schema@.latches l WHERE l.expires_at < p_now
-    ORDER BY l.expires_at LIMIT 8 FOR UPDATE SKIP LOCKED);
+    ORDER BY l.expires_at LIMIT 32 FOR UPDATE SKIP LOCKED);
   DELETE FROM @schema@.markers WHERE id IN (
     SELECT m.id FROM @schema@.markers m WHERE m.expires_at < p_now
-    ORDER BY m.expires_at LIMIT 8 FOR UPDATE SKIP LOCKED);
+    ORDER BY m.expires_at LIMIT 32 FOR UPDATE SKIP LOCKED);
   DELETE FROM @schema@.intents WHERE key IN (
     SELECT i.key FROM @schema@.intents i WHERE i.expires_at < p_now
-    LIMIT 8 FOR UPDATE SKIP LOCKED);
+    LIMIT 32 FOR UPDATE SKIP LOCKED);
   -- Holds of locks nobody touched since they expired (their holder died): a minute's grace
   -- leaves the fresh ones to their own key's next op.
   WITH gone AS (
     DELETE FROM @schema@.holds WHERE (key, owner) IN (
       SELECT h.key, h.owner FROM @schema@.holds h
       WHERE h.expires_at < p_now - interval '1 minute'
-      ORDER BY h.expires_at LIMIT 8 FOR UPDATE SKIP LOCKED)
+      ORDER BY h.expires_at LIMIT 32 FOR UPDATE SKIP LOCKED)
     RETURNING key)
   SELECT array_agg(DISTINCT key) INTO v_keys FROM gone;
   IF v_keys IS NOT NULL THEN
@@ -54,7 +60,7 @@ BEGIN
   DELETE FROM @schema@.fences WHERE key IN (
     SELECT f.key FROM @schema@.fences f
     WHERE f.last < @schema@.micros(p_now) - 86400000000
-    ORDER BY f.last LIMIT 8 FOR UPDATE SKIP LOCKED);
+    ORDER BY f.last LIMIT 32 FOR UPDATE SKIP LOCKED);
 END
 $body$;
 
