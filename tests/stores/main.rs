@@ -12,4 +12,8 @@ mod both;
 mod exclusion;
 mod family;
 mod faults;
+mod frozen_link;
+mod killed_connections;
+mod privileges;
+mod promotion;
 mod waking;
