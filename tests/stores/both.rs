@@ -84,3 +84,79 @@ impl Store {
         }
     }
 }
+
+impl Store {
+    /// The server's TCP port (a proxy in front of it forwards there).
+    pub fn port(&self) -> u16 {
+        match self {
+            Store::Redis(s) => s.port(),
+            Store::Postgres(s) => s.port(),
+        }
+    }
+
+    /// The URL of this store's server reached through a proxy listening on `port`.
+    pub fn url_via(&self, port: u16) -> String {
+        match self {
+            Store::Redis(_) => format!("redis://127.0.0.1:{port}"),
+            Store::Postgres(_) => format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+        }
+    }
+
+    /// Closes every client connection from the server's side (Redis: `CLIENT KILL` of every
+    /// normal and pub/sub client; PostgreSQL: `pg_terminate_backend` of every client
+    /// backend), as an operator or a failing load balancer would. Returns how many it ended.
+    pub fn kill_connections(&self) -> usize {
+        match self {
+            Store::Redis(s) => ["normal", "pubsub"]
+                .iter()
+                .map(|t| {
+                    let out = s.cli(&["CLIENT", "KILL", "TYPE", t]).expect("CLIENT KILL");
+                    out.trim().parse::<usize>().unwrap_or(0)
+                })
+                .sum(),
+            Store::Postgres(s) => {
+                let out = s
+                    .psql(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                         WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+                    )
+                    .expect("pg_terminate_backend");
+                out.trim().parse().expect("a count")
+            }
+        }
+    }
+
+    /// The ids of the connections that are subscribed to some release channel right now
+    /// (Redis: pub/sub clients with a subscription; PostgreSQL: sessions whose last
+    /// statement was a LISTEN; the listener's next health query, 2 s later, replaces that).
+    pub fn listening_connections(&self) -> Vec<String> {
+        match self {
+            Store::Redis(s) => {
+                let list = s
+                    .cli(&["CLIENT", "LIST", "TYPE", "pubsub"])
+                    .expect("CLIENT LIST");
+                list.lines()
+                    .filter(|line| {
+                        line.split(' ').any(|f| {
+                            f.split_once('=').is_some_and(|(k, v)| {
+                                matches!(k, "sub" | "ssub" | "psub")
+                                    && v.parse::<u64>().is_ok_and(|n| n > 0)
+                            })
+                        })
+                    })
+                    .filter_map(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")))
+                    .map(str::to_owned)
+                    .collect()
+            }
+            Store::Postgres(s) => s
+                .psql(
+                    "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' \
+                     AND query LIKE 'LISTEN %'",
+                )
+                .expect("pg_stat_activity")
+                .lines()
+                .map(str::to_owned)
+                .collect(),
+        }
+    }
+}

@@ -9,7 +9,7 @@ use super::errors::PgError;
 
 /// The version `migrate` brings a schema to. Raise it whenever `sql/` changes: clients whose
 /// schema is older migrate at connect.
-pub(crate) const VERSION: i32 = 1;
+pub(crate) const VERSION: i32 = 2;
 
 /// Every `CREATE` of the migration, in order; `@schema@` is the quoted schema name, `$body$`
 /// the functions' dollar quote.
@@ -172,10 +172,7 @@ async fn no_privilege(
     schema_exists: bool,
     error: tokio_postgres::Error,
 ) -> PgError {
-    let role = match client.query_one("SELECT current_user::text", &[]).await {
-        Ok(row) => quote_ident(row.get::<_, &str>(0)),
-        Err(_) => "<this role>".to_owned(),
-    };
+    let role = current_role(client).await;
     let detail = error
         .as_db_error()
         .map_or_else(String::new, |db| format!(" ({})", db.message()));
@@ -194,4 +191,52 @@ async fn no_privilege(
         )
     };
     PgError::explained(format!("migrating dlock's schema {q}"), message, error)
+}
+
+/// The error for a role that may not read a schema of that name which someone else created
+/// (no USAGE on it, or no privilege on dlock's tables in it), naming what an owner must run.
+pub(crate) async fn no_access(
+    client: &Client,
+    schema: &Schema,
+    error: tokio_postgres::Error,
+) -> PgError {
+    let role = current_role(client).await;
+    // The catalogs are readable without any privilege on the schema.
+    let migrated = client
+        .query_opt(
+            "SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n \
+             ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'meta'",
+            &[&schema.name()],
+        )
+        .await
+        .is_ok_and(|row| row.is_some());
+    let detail = error
+        .as_db_error()
+        .map_or_else(String::new, |db| format!(" ({})", db.message()));
+    let q = schema.quoted();
+    let message = if migrated {
+        // Every function runs with the caller's rights (SECURITY INVOKER) and PUBLIC may
+        // execute functions, so the tables are what a user of the locks needs.
+        format!(
+            "role {role} may not use dlock's schema {q}{detail} (SQLSTATE 42501); as its \
+             owner run `GRANT USAGE ON SCHEMA {q} TO {role}; GRANT SELECT, INSERT, UPDATE, \
+             DELETE ON ALL TABLES IN SCHEMA {q} TO {role};`"
+        )
+    } else {
+        format!(
+            "role {role} may not use the schema {q}{detail} (SQLSTATE 42501), where dlock's \
+             tables are not created yet; as its owner run `GRANT USAGE, CREATE ON SCHEMA {q} TO \
+             {role};` then connect again, or run dlock's migrate() once as the schema's owner"
+        )
+    };
+    PgError::explained(format!("reading dlock's schema {q}"), message, error)
+}
+
+/// The session's role as an SQL identifier, for a statement an error names.
+async fn current_role(client: &Client) -> String {
+    let row = client.query_one("SELECT current_user::text", &[]).await;
+    match row.as_ref().map(|row| row.try_get::<_, &str>(0)) {
+        Ok(Ok(role)) => quote_ident(role),
+        _ => "<this role>".to_owned(),
+    }
 }

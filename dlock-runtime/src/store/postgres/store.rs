@@ -79,13 +79,18 @@ impl PgStore {
     async fn ensure_schema(&self) -> Result<(), PgError> {
         let client = self.inner.client(0).await?;
         let what = format!("reading dlock's schema {}", self.inner.schema.quoted());
-        let version = tokio::time::timeout(
-            self.inner.response_timeout,
-            schema::stored_version(&client, &self.inner.schema),
-        )
-        .await
-        .map_err(|_| PgError::timeout(what.clone(), self.inner.response_timeout))?
-        .map_err(|e| PgError::postgres(what, e))?;
+        let read = async {
+            match schema::stored_version(&client, &self.inner.schema).await {
+                // No access to a schema or tables someone else created: say what to grant.
+                Err(e) if e.code().map(|c| c.code()) == Some("42501") => {
+                    Err(schema::no_access(&client, &self.inner.schema, e).await)
+                }
+                other => other.map_err(|e| PgError::postgres(what.clone(), e)),
+            }
+        };
+        let version = tokio::time::timeout(self.inner.response_timeout, read)
+            .await
+            .map_err(|_| PgError::timeout(what.clone(), self.inner.response_timeout))??;
         if version.is_some_and(|v| v >= schema::VERSION) {
             return Ok(());
         }

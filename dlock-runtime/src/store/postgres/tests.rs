@@ -169,8 +169,10 @@ async fn a_release_that_frees_notifies_the_channel() {
         .unwrap();
     assert_eq!(message, format!("{channel}:released"));
 
-    // force_unlock notifies too, and says whether anything was held.
-    link.acquire(&Plain, &a, None, LEASE).await.unwrap();
+    // force_unlock notifies too, and says whether anything was held. A new owner: one whose
+    // hold was released is refused (a late request of an owner that is done).
+    let a2 = claim(&Plain, "job", "a:2", LEASE);
+    link.acquire(&Plain, &a2, None, LEASE).await.unwrap();
     assert_eq!(link.force_unlock(&Plain, &a.keys).await.unwrap(), 1);
     let message = tokio::time::timeout(TIMEOUT, heard.recv())
         .await

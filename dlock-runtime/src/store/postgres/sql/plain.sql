@@ -25,6 +25,15 @@ BEGIN
       detail := @schema@.ms_until(v_until, v_now);
       RETURN;
     END IF;
+    -- An owner whose release or undo already found it holding nothing (it gave up) is a
+    -- request that reached the server late, over a connection the client had given up on:
+    -- granting it would leave the lock held by nobody until its lease ends.
+    IF EXISTS (SELECT 1 FROM @schema@.latches l
+               WHERE l.id = 'gone:' || p_owner AND l.expires_at > v_now) THEN
+      held := 0;
+      detail := 1;
+      RETURN;
+    END IF;
     -- Free -> held: the token is greatest(last + 1, clock in µs); the clock term keeps tokens
     -- rising when the row went back or away (see schema.sql).
     SELECT f.last INTO v_last FROM @schema@.fences f WHERE f.key = p_fence;
@@ -103,6 +112,13 @@ BEGIN
   INSERT INTO @schema@.latches AS l (id, result, expires_at)
     VALUES (p_latch, remaining, v_now + p_latch_ms * interval '1 millisecond')
     ON CONFLICT (id) DO UPDATE SET result = excluded.result, expires_at = excluded.expires_at;
+  IF remaining <= 0 THEN
+    -- This owner is done (released, or given up on an acquire that may not have landed
+    -- yet): a request of it that arrives later is refused (plain_acquire).
+    INSERT INTO @schema@.latches AS l (id, result, expires_at)
+      VALUES ('gone:' || p_owner, remaining, v_now + p_latch_ms * interval '1 millisecond')
+      ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at;
+  END IF;
   PERFORM @schema@.sweep(v_now);
 END
 $body$;

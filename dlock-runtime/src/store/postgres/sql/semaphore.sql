@@ -37,7 +37,11 @@ BEGIN
   v_live := @schema@.sem_check(p_key, p_permits, v_now);
   DELETE FROM @schema@.holds WHERE key = p_key AND expires_at <= v_now;
   IF NOT EXISTS (SELECT 1 FROM @schema@.holds h WHERE h.key = p_key AND h.owner = p_owner)
-    AND v_live >= p_permits
+    AND (v_live >= p_permits
+      -- An owner that gave its permit back or gave up: a late request of it (see
+      -- plain_acquire) must not take a permit nobody holds.
+      OR EXISTS (SELECT 1 FROM @schema@.latches l
+                 WHERE l.id = 'gone:' || p_owner AND l.expires_at > v_now))
   THEN
     SELECT min(h.expires_at) INTO v_first FROM @schema@.holds h WHERE h.key = p_key;
     held := 0;
@@ -84,6 +88,10 @@ BEGIN
   IF v_result = 0 THEN
     PERFORM pg_notify(p_channel, 'released');
   END IF;
+  -- This owner is done: a request of it that arrives later is refused (sem_acquire).
+  INSERT INTO @schema@.latches AS l (id, result, expires_at)
+    VALUES ('gone:' || p_owner, v_result, v_now + p_latch_ms * interval '1 millisecond')
+    ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at;
   -- The count goes with the last holder.
   IF NOT EXISTS (SELECT 1 FROM @schema@.holds h WHERE h.key = p_key) THEN
     DELETE FROM @schema@.permits WHERE key = p_key;
