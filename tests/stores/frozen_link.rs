@@ -86,6 +86,22 @@ fn pg_wait_for(server: &dlock::testing::PgServer, sql: &str, want: &str) {
 /// request reaches the server after that undo, it must not leave a lock held by nobody.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_landing_after_its_undo_leaves_the_lock_free() {
+    late_acquire("plain_release(", |c| c.lock("stores:late-acquire")).await;
+}
+
+/// The same for the write side of a read-write lock (its rows are per side and owner).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_acquire_landing_after_its_undo_leaves_the_lock_free() {
+    late_acquire("rw_release(", |c| {
+        c.read_write_lock("stores:late-write").write()
+    })
+    .await;
+}
+
+/// Freezes the command connection of a client, lets its acquire of `lock` time out and be
+/// undone (by the SQL function `release_fn`) on a new connection, then lets the frozen acquire
+/// land: another client must still get the lock at once.
+async fn late_acquire(release_fn: &str, lock: impl Fn(&dlock::LockClient) -> dlock::Lock) {
     for store in stores() {
         let super::both::Store::Postgres(server) = &store else {
             continue;
@@ -105,7 +121,7 @@ async fn an_acquire_landing_after_its_undo_leaves_the_lock_free() {
             .expect("pg_stat_activity");
         assert!(!command_pid.is_empty() && !command_pid.contains('\n'));
         proxy.freeze_connection(0);
-        let failed = (a.lock("stores:late-acquire"))
+        let failed = (lock(&a))
             .ttl(Duration::from_secs(30))
             .wait(Duration::ZERO)
             .acquire()
@@ -115,8 +131,10 @@ async fn an_acquire_landing_after_its_undo_leaves_the_lock_free() {
             // The undo ran on a new connection...
             pg_wait_for(
                 server,
-                "SELECT count(*) > 0 FROM pg_stat_activity WHERE query LIKE '%plain_release(%' \
-                 AND state = 'idle'",
+                &format!(
+                    "SELECT count(*) > 0 FROM pg_stat_activity WHERE query LIKE '%{release_fn}%' \
+                     AND state = 'idle'"
+                ),
                 "t",
             );
             // ...then the frozen acquire (and the old connection's close behind it) lands.
@@ -128,7 +146,7 @@ async fn an_acquire_landing_after_its_undo_leaves_the_lock_free() {
             );
         });
         let b = store.client().await;
-        let got = (b.lock("stores:late-acquire"))
+        let got = (lock(&b))
             .try_acquire()
             .await
             .expect("try")

@@ -37,6 +37,18 @@ BEGIN
     FROM @schema@.holds h WHERE h.key = p_key;
   SELECT i.owner, i.expires_at INTO v_waiting, v_waiting_until
     FROM @schema@.intents i WHERE i.key = p_key;
+  -- A side of an owner whose release or undo already found it done (see plain_acquire): a
+  -- request of it that arrives late, over a connection the client gave up on, is refused, or
+  -- the lock would be held by nobody until its lease ends. A writer's own read is another
+  -- side, with a mark of its own.
+  IF EXISTS (SELECT 1 FROM @schema@.latches l
+             WHERE l.id = 'gone:' || v_field AND l.expires_at > v_now)
+     AND NOT EXISTS (SELECT 1 FROM @schema@.holds h WHERE h.key = p_key AND h.owner = v_field)
+  THEN
+    held := 0;
+    detail := 1;
+    RETURN;
+  END IF;
 
   IF NOT v_any THEN
     IF p_side = 'r' AND v_waiting IS NOT NULL THEN
@@ -182,6 +194,12 @@ BEGIN
     INSERT INTO @schema@.latches AS l (id, result, expires_at)
       VALUES (p_guard, v_result, v_now + p_latch_ms * interval '1 millisecond')
       ON CONFLICT (id) DO UPDATE SET result = excluded.result, expires_at = excluded.expires_at;
+    IF v_result <= 0 THEN
+      -- This side of the owner is done: a request of it that lands later is refused.
+      INSERT INTO @schema@.latches AS l (id, result, expires_at)
+        VALUES ('gone:' || v_field, v_result, v_now + p_latch_ms * interval '1 millisecond')
+        ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at;
+    END IF;
   END IF;
   IF v_result > 0 THEN
     UPDATE @schema@.holds h SET count = v_result,
