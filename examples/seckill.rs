@@ -7,6 +7,9 @@
 //! cargo run --release --example seckill -- --cluster  # starts a temporary 3-master cluster
 //! REDIS_CLUSTER_URLS=redis://10.0.0.1:7000,redis://10.0.0.2:7000 \
 //!     cargo run --release --example seckill -- --cluster
+//! # the stock in a PostgreSQL table and the locks in dlock's PostgreSQL store (starts a
+//! # temporary PostgreSQL server unless PG_URL is set)
+//! cargo run --release --features postgres --example seckill -- --store postgres
 //! ```
 //!
 //! (a) no lock: read the stock, check it, write it back: the code many tutorials start from.
@@ -19,6 +22,14 @@
 //!     seckill article starts. On one server it is the honest baseline for (d) (both are one
 //!     atomic script per buyer); on a cluster all of it lands on one master.
 //!
+//! With `--store postgres` the stock is a row of a PostgreSQL table and (a), (b) and (c) are the
+//! same code over SELECT and UPDATE, the locks kept in PostgreSQL; (d) and (e) are Redis's and
+//! are left out, and
+//! (f) `UPDATE stock SET units = units - 1 WHERE item = $1 AND units > 0`: the check and the
+//!     decrement in one statement, under PostgreSQL's own row lock, no distributed lock: what a
+//!     PostgreSQL user writes first, and the baseline a lock kept in the same server has to
+//!     justify itself against.
+//!
 //! Prints a table (throughput, latency, sold, oversold, stock stranded while buyers were
 //! refused) and exits non-zero if a locked strategy oversells, strands stock, or fails. With
 //! `--cluster`, a second table gives the commands each master served during each strategy.
@@ -26,6 +37,12 @@
 #[path = "support/mod.rs"]
 mod support;
 
+#[path = "seckill/pg_sale.rs"]
+mod pg_sale;
+#[path = "seckill/pg_stock.rs"]
+mod pg_stock;
+#[path = "seckill/pg_strategies.rs"]
+mod pg_strategies;
 #[path = "seckill/report.rs"]
 mod report;
 #[path = "seckill/run.rs"]
@@ -50,7 +67,9 @@ use support::cluster::{plain_connection, Cluster, Meter};
 use support::Db;
 
 #[derive(Parser, Debug)]
-#[command(about = "Flash sale: N buyers race for one hot item under five strategies")]
+#[command(
+    about = "Flash sale: N buyers race for one hot item under five strategies (four on PostgreSQL)"
+)]
 struct Args {
     /// Buyers, each trying to buy one unit once.
     #[arg(long, default_value_t = 10_000)]
@@ -65,9 +84,17 @@ struct Args {
     #[arg(long, default_value_t = 256)]
     in_flight: usize,
     /// Which strategies to run: (a) no lock, (b) one lock per item, (c) one lock per segment,
-    /// (d) SegmentedStock, (e) a Lua check-and-decrement of one key.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "a,b,c,d,e")]
+    /// (d) SegmentedStock and (e) a Lua check-and-decrement of one key (Redis only), (f) one
+    /// UPDATE ... WHERE units > 0 (PostgreSQL only). Default: every one the store offers.
+    #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Strategy>,
+    /// Where the stock and the locks live: redis, or postgres (needs `--features postgres`).
+    #[arg(long, value_enum, default_value = "redis")]
+    store: Store,
+    /// With --store postgres: the PostgreSQL to use (stock table `seckill_stock`, dlock's schema
+    /// `dlock`); unset: start a temporary PostgreSQL server for this run.
+    #[arg(long, env = "PG_URL", hide_env_values = true)]
+    pg_url: Option<String>,
     /// Redis to use; unset: start a temporary redis-server for this run. Ignored with
     /// --cluster.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
@@ -98,6 +125,38 @@ enum Strategy {
     C,
     D,
     E,
+    F,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Store {
+    Redis,
+    Postgres,
+}
+
+impl Args {
+    /// Whether `strategy` is among the ones to run (all of the store's when none are named).
+    fn runs(&self, strategy: Strategy) -> bool {
+        self.only.is_empty() || self.only.contains(&strategy)
+    }
+
+    /// Refuses a strategy or a flag the chosen store has no meaning for.
+    fn check_store(&self) -> Result<(), String> {
+        let named = |s: Strategy| self.only.contains(&s);
+        match self.store {
+            Store::Redis if named(Strategy::F) => {
+                Err("(f) is the PostgreSQL UPDATE: run it with --store postgres".into())
+            }
+            Store::Postgres if named(Strategy::D) || named(Strategy::E) => Err(
+                "(d) SegmentedStock and (e) the Lua script are Redis-only: not with --store postgres"
+                    .into(),
+            ),
+            Store::Postgres if self.cluster => {
+                Err("--cluster is a Redis deployment: not with --store postgres".into())
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 const ITEM: &str = "hot-item";
@@ -143,9 +202,16 @@ async fn sale(args: &Args) -> i32 {
         eprintln!("--segments must be 1 to {}", dlock::MAX_SEGMENTS);
         return 2;
     }
+    if let Err(e) = args.check_store() {
+        eprintln!("{e}");
+        return 2;
+    }
     // Every key of this run under one prefix: a shared Redis keeps runs apart, and cleanup
-    // is one SCAN per node.
+    // is one SCAN per node. (On PostgreSQL: every lock name and stock row.)
     let prefix = format!("seckill-{:08x}:", rand_u32());
+    if args.store == Store::Postgres {
+        return pg_sale::sale(args, &prefix).await;
+    }
     let opened = if args.cluster {
         open_cluster(args, &prefix).await
     } else {
@@ -175,21 +241,27 @@ async fn sale(args: &Args) -> i32 {
         Strategy::D,
         Strategy::E,
     ] {
-        if args.only.contains(&strategy) {
+        if args.runs(strategy) {
             rows.push(run_strategy(strategy, &shop, &redis.meter, args).await);
         }
     }
     println!();
-    report::print(&rows, args.units, redis.rtt);
+    report::print(&rows, args.units, redis.rtt, "PING");
     if !redis.masters.is_empty() {
         println!();
         report::print_per_master(&rows, &redis.masters);
     }
 
     cleanup(&shop.prefix, &redis.nodes).await;
+    exit_code(&rows, args.units)
+}
+
+/// 1 (after naming them) if a strategy that claims to be correct oversold, stranded stock,
+/// failed, or its books do not balance; else 0.
+fn exit_code(rows: &[Row], units: u64) -> i32 {
     let failed: Vec<&str> = rows
         .iter()
-        .filter(|r| r.locked && !r.problems(args.units).is_empty())
+        .filter(|r| r.locked && !r.problems(units).is_empty())
         .map(|r| r.label)
         .collect();
     if failed.is_empty() {
@@ -288,6 +360,7 @@ async fn run_strategy(strategy: Strategy, shop: &Shop, meter: &Meter, args: &Arg
         Strategy::A | Strategy::B | Strategy::E => one_key(strategy, shop, meter, args).await,
         Strategy::C => segment_locks(shop, meter, args).await,
         Strategy::D => segmented_stock(shop, meter, args).await,
+        Strategy::F => unreachable!("(f) runs on PostgreSQL only (check_store)"),
     }
 }
 

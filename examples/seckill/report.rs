@@ -10,7 +10,7 @@ pub struct Row {
     /// Whether the strategy claims to be correct (everything but the naive one).
     pub locked: bool,
     pub stats: Stats,
-    /// Units left in Redis afterwards.
+    /// Units left in the store afterwards.
     pub remaining: i64,
     /// The stock's own books add up (sold + remaining == units; the audit for SegmentedStock).
     pub books_balance: bool,
@@ -67,7 +67,8 @@ impl Row {
     }
 }
 
-pub fn print(rows: &[Row], units: u64, rtt: Duration) {
+/// `round_trip` names what `rtt` timed: `PING` on Redis, `SELECT 1` on PostgreSQL.
+pub fn print(rows: &[Row], units: u64, rtt: Duration, round_trip: &str) {
     println!(
         "{:<36} {:>9} {:>9} {:>9} {:>11} {:>7} {:>8} {:>8}  verdict",
         "strategy", "orders/s", "p50", "p99", "sold out in", "sold", "oversold", "stranded"
@@ -91,7 +92,7 @@ pub fn print(rows: &[Row], units: u64, rtt: Duration) {
     println!();
     println!(
         "orders/s: buy attempts answered per second, sold or refused. p50/p99: one attempt, \
-         lock wait included; PING round trip in this run: {}.",
+         lock wait included; {round_trip} round trip in this run: {}.",
         latency(rtt)
     );
     println!(
@@ -99,10 +100,18 @@ pub fn print(rows: &[Row], units: u64, rtt: Duration) {
          units left unsold while buyers were refused.",
         thousands(units)
     );
-    print_ratios(rows, "(b)", &["(c)", "(d)", "(e)"], "one lock per item");
+    print_ratios(
+        rows,
+        "(b)",
+        &["(c)", "(d)", "(e)", "(f)"],
+        "one lock per item",
+    );
     // On one server the script on one key is the honest baseline for SegmentedStock: both are
     // one atomic script per buyer, without a lock; only spreading over nodes can beat it.
     print_ratios(rows, "(e)", &["(d)"], "the one-key Lua decrement");
+    // On PostgreSQL the one statement is the baseline a lock kept in the same server competes
+    // with: the database's own row lock, one round trip per buyer.
+    print_ratios(rows, "(f)", &["(b)", "(c)"], "the one-statement UPDATE");
     for r in rows {
         if let Some(e) = &r.stats.first_error {
             println!(
@@ -122,11 +131,10 @@ fn print_ratios(rows: &[Row], base: &str, others: &[&str], what: &str) {
         .iter()
         .filter(|r| others.iter().any(|o| r.label.starts_with(o)))
         .map(|r| {
-            format!(
-                "{} {:.1}x",
-                &r.label[..3],
-                r.stats.orders_per_sec() / base.stats.orders_per_sec()
-            )
+            let ratio = r.stats.orders_per_sec() / base.stats.orders_per_sec();
+            // Two decimals below 1, so a strategy many times slower does not read `0.0x`.
+            let decimals = if ratio < 1.0 { 2 } else { 1 };
+            format!("{} {ratio:.decimals$}x", &r.label[..3])
         })
         .collect();
     if !ratios.is_empty() {

@@ -1,5 +1,7 @@
-//! The five ways to sell one hot item, each as the code a service would run per buyer.
+//! The five ways to sell one hot item from Redis, each as the code a service would run per
+//! buyer (`pg_strategies.rs` sells it from PostgreSQL).
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
 
@@ -15,11 +17,12 @@ pub enum Outcome {
     Refused,
 }
 
-/// A buyer's request failed (Redis down, lock wait timed out, ...): counted apart.
+/// A buyer's request failed (the store down, lock wait timed out, ...): counted apart.
 #[derive(Debug)]
 pub enum BuyError {
     Lock(LockError),
     Redis(redis::RedisError),
+    Postgres(tokio_postgres::Error),
     Unexpected(Take),
 }
 
@@ -35,11 +38,18 @@ impl From<redis::RedisError> for BuyError {
     }
 }
 
+impl From<tokio_postgres::Error> for BuyError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        BuyError::Postgres(e)
+    }
+}
+
 impl std::fmt::Display for BuyError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             BuyError::Lock(e) => e.fmt(f),
             BuyError::Redis(e) => e.fmt(f),
+            BuyError::Postgres(e) => e.fmt(f),
             BuyError::Unexpected(t) => write!(f, "unexpected answer {t:?} to a first attempt"),
         }
     }
@@ -93,18 +103,32 @@ pub async fn lock_per_item(shop: &Shop, item: &str) -> Result<Outcome, BuyError>
     read_check_write(shop, &format!("{item}:b")).await
 }
 
-/// (c) The stock split into segments, one lock per segment: buyers queue per segment. A buyer
-/// whose segment is empty tries the others, so no stock strands in a segment nobody is routed
-/// to. (`dlock::SegmentLocks` packages this loop for stock kept in your own database.)
+/// (c) The stock split into segments, one lock per segment: buyers queue per segment.
+/// (`dlock::SegmentLocks` packages this loop for stock kept in your own database.)
 pub async fn segment_locks(
     shop: &Shop,
     item: &str,
     buyer: usize,
     drained: &[AtomicBool],
 ) -> Result<Outcome, BuyError> {
+    from_any_segment(buyer, drained, |segment| lock_segment(shop, item, segment)).await
+}
+
+/// (c)'s walk over the segments, whichever store holds them: the buyer's own segment first,
+/// then the others, so no stock strands in a segment nobody is routed to. `sell_from` sells
+/// one unit of a segment under that segment's lock.
+pub async fn from_any_segment<F, Fut>(
+    buyer: usize,
+    drained: &[AtomicBool],
+    mut sell_from: F,
+) -> Result<Outcome, BuyError>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = Result<Outcome, BuyError>>,
+{
     let n = drained.len();
-    // Like SegmentedStock (and SegmentLocks), even a sold-out answer asks Redis once, at the
-    // buyer's own segment: a local flag alone would keep refusing buyers after another
+    // Like SegmentedStock (and SegmentLocks), even a sold-out answer asks the store once, at
+    // the buyer's own segment: a local flag alone would keep refusing buyers after another
     // instance gave stock back. Until then, segments seen empty are skipped.
     let all_drained = drained.iter().all(|d| d.load(Ordering::Relaxed));
     for k in 0..n {
@@ -115,7 +139,7 @@ pub async fn segment_locks(
         if !all_drained && drained[segment].load(Ordering::Relaxed) {
             continue;
         }
-        match lock_segment(shop, item, segment).await? {
+        match sell_from(segment).await? {
             Outcome::Sold => return Ok(Outcome::Sold),
             Outcome::Refused => drained[segment].store(true, Ordering::Relaxed),
         }
