@@ -108,11 +108,13 @@ mod keys_left;
 mod migrate;
 mod modes;
 mod nemesis;
+mod pg;
 mod proxy;
 mod restarts;
 mod rng;
 mod runner;
 mod summary;
+mod switch;
 // The integration tests' proxy, used as it is; this binary uses part of its API.
 #[allow(dead_code)]
 #[path = "../../tests/common/proxy.rs"]
@@ -145,6 +147,10 @@ pub(crate) struct RunArgs {
     /// Length of the run, in minutes (faults, then 10 s without).
     #[arg(long, default_value_t = 1.0)]
     pub(crate) minutes: f64,
+    /// Where the locks live: Redis (in `--topology`), or a PostgreSQL primary with a
+    /// streaming standby (needs the `postgres` feature).
+    #[arg(long, value_enum, default_value_t = Store::Redis)]
+    pub(crate) store: Store,
     #[arg(long, value_enum, default_value_t = Topology::Single)]
     pub(crate) topology: Topology,
     #[arg(long, value_enum, default_value_t = Kind::Mix)]
@@ -163,6 +169,12 @@ pub(crate) struct RunArgs {
     /// to dwell on one class; default: every fault of the topology.
     #[arg(long, value_delimiter = ',')]
     pub(crate) faults: Vec<String>,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Store {
+    Redis,
+    Postgres,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,6 +205,39 @@ impl Topology {
     }
 }
 
+impl RunArgs {
+    /// The deployment's name in titles and result directories: the topology, or `postgres`.
+    pub(crate) fn setup(&self) -> &'static str {
+        match self.store {
+            Store::Redis => self.topology.name(),
+            Store::Postgres => "postgres",
+        }
+    }
+
+    /// What the store cannot run, in words; `None` when the combination is fine.
+    fn refused(&self) -> Option<String> {
+        if self.store != Store::Postgres {
+            return None;
+        }
+        if !cfg!(feature = "postgres") {
+            return Some("--store postgres needs the `postgres` feature (cargo run --release --features postgres --example chaos -- ...)".into());
+        }
+        if self.topology != Topology::Single {
+            return Some(format!(
+                "--store postgres runs its own deployment (a primary and a standby): leave --topology {} out",
+                self.topology.name()
+            ));
+        }
+        if matches!(self.kind, Kind::Fair | Kind::Redisson) {
+            return Some(format!(
+                "the PostgreSQL store does not offer --kind {}: plain, rw, semaphore or mix",
+                self.kind.name()
+            ));
+        }
+        None
+    }
+}
+
 impl Kind {
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -215,7 +260,11 @@ fn main() -> ExitCode {
                 eprintln!("chaos: --clients and --minutes must be positive");
                 return ExitCode::from(2);
             }
-            if let Err(e) = nemesis::menu_of(cli.run.topology, &cli.run.faults) {
+            if let Some(why) = cli.run.refused() {
+                eprintln!("chaos: {why}");
+                return ExitCode::from(2);
+            }
+            if let Err(e) = nemesis::menu_of(cli.run.setup(), &cli.run.faults) {
                 eprintln!("chaos: {e}");
                 return ExitCode::from(2);
             }
