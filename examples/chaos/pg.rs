@@ -99,13 +99,16 @@ impl PgDeployment {
     /// the next promotion. Notes how far the standby had replayed when the primary died.
     pub fn promote(&mut self, rec: &Recorder) -> Result<(), String> {
         let standby = self.standby.take().ok_or("no standby to promote")?;
-        // Read before the kill: how far behind the standby was (bytes of WAL), for people.
-        let lag = self
-            .primary
-            .psql(
-                "SELECT coalesce(max(pg_current_wal_lsn() - replay_lsn), -1) FROM pg_stat_replication",
-            )
-            .unwrap_or_else(|e| format!("? ({e})"));
+        // Read before the kill, for people: how far behind the standby was. Not streaming
+        // (after a restart of the primary it retries every 5 s, `wal_retrieve_retry_interval`)
+        // means every write since it last was is lost.
+        let lag = match self.primary.psql(
+            "SELECT max(pg_current_wal_lsn() - replay_lsn) FROM pg_stat_replication",
+        ) {
+            Ok(bytes) if bytes.is_empty() => "standby not streaming".to_owned(),
+            Ok(bytes) => format!("standby replay lag {bytes} bytes"),
+            Err(e) => format!("lag unknown: {e}"),
+        };
         self.primary.kill();
         standby.promote().map_err(|e| e.to_string())?;
         self.switch.repoint(standby.port());
@@ -116,7 +119,7 @@ impl PgDeployment {
         let made = Instant::now();
         let next = self.primary.standby();
         rec.record(&rec.event(Ev::Note).detail(format!(
-            "port {old_port} killed, port {} promoted (standby replay lag before the kill: {lag} bytes); next standby: {}",
+            "port {old_port} killed ({lag}), port {} promoted; next standby: {}",
             self.primary.port(),
             match &next {
                 Ok(s) => format!("port {} in {:.1}s", s.port(), made.elapsed().as_secs_f64()),
