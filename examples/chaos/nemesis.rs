@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 
 use crate::deploy::{self, Deployment};
-use crate::pg::PgDeployment;
 use crate::history::{Ev, Recorder};
+use crate::pg::PgDeployment;
 use crate::proxy::Proxies;
 use crate::rng::Rng;
 use crate::runner::Clients;
@@ -254,7 +254,10 @@ impl<'a> Nemesis<'a> {
             "restart" => self.on_postgres(|pg, rec| pg.restart(rec, length)),
             "terminate" => self.on_postgres(|pg, rec| {
                 let ended = pg.terminate(variant.then_some(client))?;
-                rec.record(&rec.event(Ev::Note).detail(format!("{ended} backend(s) terminated")));
+                rec.record(
+                    &rec.event(Ev::Note)
+                        .detail(format!("{ended} backend(s) terminated")),
+                );
                 Ok(())
             }),
             // Past every lease (at most 4 s): holders must see their loss before the server,

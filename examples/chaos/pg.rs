@@ -46,7 +46,9 @@ impl PgDeployment {
 
     /// The URL client `id` connects with, through its proxy on `proxy_port`.
     pub fn client_url(proxy_port: u16, id: usize) -> String {
-        format!("postgres://postgres@127.0.0.1:{proxy_port}/postgres?application_name={APP_PREFIX}{id}")
+        format!(
+            "postgres://postgres@127.0.0.1:{proxy_port}/postgres?application_name={APP_PREFIX}{id}"
+        )
     }
 
     /// SIGKILL of every server process, then a start from the same data directory after
@@ -102,9 +104,10 @@ impl PgDeployment {
         // Read before the kill, for people: how far behind the standby was. Not streaming
         // (after a restart of the primary it retries every 5 s, `wal_retrieve_retry_interval`)
         // means every write since it last was is lost.
-        let lag = match self.primary.psql(
-            "SELECT max(pg_current_wal_lsn() - replay_lsn) FROM pg_stat_replication",
-        ) {
+        let lag = match self
+            .primary
+            .psql("SELECT max(pg_current_wal_lsn() - replay_lsn) FROM pg_stat_replication")
+        {
             Ok(bytes) if bytes.is_empty() => "standby not streaming".to_owned(),
             Ok(bytes) => format!("standby replay lag {bytes} bytes"),
             Err(e) => format!("lag unknown: {e}"),

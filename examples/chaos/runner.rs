@@ -14,9 +14,9 @@ use crate::deploy::Deployment;
 use crate::history::{self, mono_ns, Ev, Recorder, NEMESIS};
 use crate::keys_left::{self, Ending};
 use crate::nemesis::Nemesis;
+use crate::pg::PgDeployment;
 use crate::proxy::Proxies;
 use crate::rng::Rng;
-use crate::pg::PgDeployment;
 use crate::{modes, summary, timeline, RunArgs, Store, Topology};
 
 /// After the faults, the clients run on this long before they are told to stop: the

@@ -67,7 +67,11 @@ impl Drop for Switch {
     }
 }
 
-async fn serve(listener: StdListener, upstream: Arc<AtomicU16>, mut generation: watch::Receiver<u64>) {
+async fn serve(
+    listener: StdListener,
+    upstream: Arc<AtomicU16>,
+    mut generation: watch::Receiver<u64>,
+) {
     let Ok(listener) = TcpListener::from_std(listener) else {
         return;
     };
