@@ -10,14 +10,14 @@ use std::time::Duration;
 
 use dlock::fence::{self, Outcome};
 use dlock::redis::aio::MultiplexedConnection;
-use dlock::{LockClient, LockClientBuilder, LockError, LockGuard, Permit};
+use dlock::{LockClient, LockClientBuilder, LockError, LockGuard, Permit, StoreFault};
 use futures_util::FutureExt;
 
 use crate::checker::secs;
 use crate::history::{Ev, Recorder};
 use crate::modes;
 use crate::rng::Rng;
-use crate::{Kind, Topology};
+use crate::{Kind, Store, Topology};
 
 /// Permits of the semaphore `sem:0`; the checker reads the same constant.
 pub const PERMITS: u32 = 2;
@@ -44,10 +44,12 @@ pub struct ClientArgs {
     pub kind: Kind,
     #[arg(long, value_enum)]
     pub topology: Topology,
+    #[arg(long, value_enum, default_value_t = Store::Redis)]
+    pub store: Store,
     #[arg(long)]
     pub seed: u64,
     /// The data nodes (single: one URL, through this client's proxy; cluster: seeds;
-    /// sentinel: the sentinels).
+    /// sentinel: the sentinels; PostgreSQL: one `postgres://` URL, through this client's proxy).
     #[arg(long, value_delimiter = ',')]
     pub urls: Vec<String>,
     #[arg(long, default_value = "")]
@@ -134,6 +136,11 @@ async fn run(args: ClientArgs) -> Result<(), Box<dyn std::error::Error>> {
 /// Builds the client, retrying for a while: the server may be restarting or failing over.
 async fn connect(args: &ClientArgs) -> Result<LockClient, LockError> {
     let builder = || -> LockClientBuilder {
+        if args.store == Store::Postgres {
+            // The Redis client's response timeout; no synced_replicas (a Redis setting).
+            return LockClient::builder(args.urls[0].clone())
+                .response_timeout(Duration::from_secs(2));
+        }
         match args.topology {
             Topology::Single => LockClient::builder(args.urls[0].clone()),
             Topology::Cluster => LockClient::cluster_builder(args.urls.clone()),
@@ -240,7 +247,7 @@ async fn one_op(
     rng: &mut Rng,
     op: u64,
 ) {
-    let mode = *rng.pick(modes::of_kind(args.kind));
+    let mode = *rng.pick(modes::of_kind(args.kind, args.store));
     let lock = *rng.pick(modes::mode(mode).locks);
     let ttl = Duration::from_millis(rng.range(1_000, 4_000));
     let lease = rng
@@ -330,7 +337,10 @@ async fn one_op(
         Some(Ok(Err(e))) => {
             let event = rec.event(Ev::Fail).op(op).lock(lock, mode);
             // The whole error, for whoever looks into a failure (the history keeps its kind).
-            if matches!(e, LockError::Redis { .. } | LockError::Connect { .. }) {
+            if matches!(
+                e,
+                LockError::Redis { .. } | LockError::Connect { .. } | LockError::Store { .. }
+            ) {
                 eprintln!("{:.3}s op {op} {mode} {lock}: {e}", secs(event.t));
             }
             rec.record(&event.detail(error_kind(&e)));
@@ -515,12 +525,22 @@ async fn fenced_write(
 }
 
 /// A short name for what went wrong, for the history and the summary: Redis's error code
-/// follows a Redis error (`redis LOADING`, `redis TRYAGAIN`), which the checker reads.
+/// follows a Redis error (`redis LOADING`, `redis TRYAGAIN`), the kind of failure a
+/// PostgreSQL one (`postgres not_now`: starting up, in recovery), which the checker reads.
 pub fn error_kind(e: &LockError) -> String {
     if let LockError::Redis { source, .. } = e {
         if let Some(code) = source.code() {
             return format!("redis {code}");
         }
+    }
+    if let LockError::Store { store, fault, .. } = e {
+        let fault = match fault {
+            StoreFault::Unreachable => "unreachable",
+            StoreFault::NotNow => "not_now",
+            StoreFault::Refused => "refused",
+            _ => "other",
+        };
+        return format!("{store} {fault}");
     }
     match e {
         LockError::Timeout { .. } => "timeout",

@@ -7,6 +7,7 @@ use std::time::Duration;
 use dlock::redis::{self, Value};
 use dlock::testing::{Persistence, RedisCluster, RedisSentinel, RedisServer, Role};
 
+use crate::pg::PgDeployment;
 use crate::Topology;
 
 /// How long one admin command may take (a DEBUG SLEEP's caller waits longer: see `call`).
@@ -33,6 +34,8 @@ pub enum Deployment {
     Sentinel(RedisSentinel),
     /// Three masters, one replica each.
     Cluster(RedisCluster),
+    /// A PostgreSQL primary and its streaming standby, behind a switch (`--store postgres`).
+    Postgres(Box<PgDeployment>),
 }
 
 impl Deployment {
@@ -67,6 +70,7 @@ impl Deployment {
             Deployment::Single(s, _) => vec![s.url()],
             Deployment::Sentinel(s) => s.sentinel_urls(),
             Deployment::Cluster(c) => c.urls(),
+            Deployment::Postgres(pg) => vec![PgDeployment::client_url(pg.switch.port(), 0)],
         }
     }
 
@@ -83,6 +87,7 @@ impl Deployment {
             Deployment::Single(s, _) => Ok(vec![s.port()]),
             Deployment::Sentinel(s) => Ok(vec![port_of(&s.master_url()?)]),
             Deployment::Cluster(c) => Ok(c.masters()?.iter().map(|n| n.port).collect()),
+            Deployment::Postgres(pg) => Ok(vec![pg.primary.port()]),
         }
     }
 
@@ -91,7 +96,7 @@ impl Deployment {
     /// every cluster node reports `cluster_state:ok` and the role the cluster gives it.
     pub fn settled(&self) -> Result<(), String> {
         match self {
-            Deployment::Single(..) => Ok(()),
+            Deployment::Single(..) | Deployment::Postgres(..) => Ok(()),
             Deployment::Sentinel(s) => sentinel_settled(s),
             Deployment::Cluster(c) => {
                 let nodes = c.nodes().map_err(|e| e.to_string())?;

@@ -1,5 +1,6 @@
-//! The end-of-run state check: every key the run left in Redis (the filler aside), grouped by
-//! kind (its name with the lock name and ids taken out), and what may stay:
+//! The end-of-run state check: every key the run left in Redis (the filler aside), or every row
+//! of dlock's tables in PostgreSQL (`pg.rs` names them as keys), grouped by kind (its name with
+//! the lock name and ids taken out), and what may stay:
 //!
 //! * **no key without an expiry**: a counter or marker that never expires piles up forever
 //!   (checked whether or not every client exited cleanly);
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use crate::checker::Violation;
 use crate::deploy::{self, Deployment, FILLER_PREFIX};
+use crate::pg;
 
 /// Short-lived keys (a waiting writer's marker, release latches) are given this long to expire
 /// before what is left counts as stranded.
@@ -69,9 +71,11 @@ pub fn pattern(key: &str) -> String {
         .join(":")
 }
 
-/// Kept on purpose, expiring on their own: fencing counters and release latches.
+/// Kept on purpose, expiring on their own: fencing counters and release latches (and
+/// PostgreSQL's rows that count as absent already: see `pg.rs`).
 fn kept_on_purpose(key: &str) -> bool {
-    key.ends_with(":fence")
+    pg::kept_on_purpose(key)
+        || key.ends_with(":fence")
         || key.contains(":latch:")
         || key.starts_with("redisson_lock_token:")
         || key.starts_with("redisson_unlock_latch:")
@@ -155,6 +159,12 @@ pub fn scan(deployment: &Deployment, clean: bool, notes: &mut Vec<String>) -> Ve
 }
 
 fn scan_once(deployment: &Deployment, notes: &mut Vec<String>) -> Vec<KeyLeft> {
+    if let Deployment::Postgres(pg) = deployment {
+        return pg.rows_left().unwrap_or_else(|e| {
+            notes.push(format!("reading dlock's tables failed: {e}"));
+            Vec::new()
+        });
+    }
     let ask = Duration::from_secs(2);
     let mut keys = Vec::new();
     for port in deployment.masters().unwrap_or_default() {

@@ -7,9 +7,10 @@
 //! cargo run --release --example chaos -- --topology sentinel --kind rw --clients 5
 //! cargo run --release --example chaos -- --topology cluster --kind fair --seed 3
 //! cargo run --release --example chaos -- --minutes 0.5 --topology cluster --faults migrate
+//! cargo run --release --features postgres --example chaos -- --store postgres --kind mix
 //! ```
 //!
-//! Each run writes `target/chaos/<topology>-<kind>-<seed>/`: `history.jsonl` (every event),
+//! Each run writes `target/chaos/<topology or postgres>-<kind>-<seed>/`: `history.jsonl` (every event),
 //! `summary.txt` (operations, faults by type, violations by property with the offending
 //! events, availability) and `timeline.svg` (one lane per client, holds as bars labelled with
 //! their tokens, fault bands, violations in red). It exits non-zero on any violation. The same
@@ -51,6 +52,23 @@
 //!   those kinds only. No clock jumps. After the fault phase the clients run 10 s more without
 //!   faults, then are told to stop (their stdin closes), release what they hold and shut their
 //!   clients down.
+//! * **PostgreSQL** (`--store postgres`, the `postgres` feature): a `PgServer` primary and a
+//!   streaming standby (asynchronous), a loopback switch in front of whichever is primary
+//!   (`switch.rs`: a promotion repoints it, as a virtual IP would), and one proxy per client in
+//!   front of the switch; every client connects with `application_name=chaos-c<id>`, unsynced
+//!   (PostgreSQL refuses `synced_replicas`). Kinds: plain, read, write and the semaphore (`mix`
+//!   is those four; the store offers neither the fair lock nor Redisson's kinds, and the
+//!   command line refuses `--kind fair` and `redisson`). The register stays on its own Redis
+//!   server. Faults (`pg.rs`): client SIGSTOP and SIGKILL, proxy freeze, delay and cut as on
+//!   the single server; `restart` (SIGKILL of every server process, a start 0.3-1 s later:
+//!   crash recovery from the WAL, nothing committed lost); `terminate` (`pg_terminate_backend`
+//!   of every backend of one client, found by its application name, or of every client's,
+//!   sent to the primary directly); `pause_server` (SIGSTOP of every server process for
+//!   4.65-6.5 s, past every lease, then SIGCONT); `promote` (SIGKILL of the primary, promotion
+//!   of the standby, the switch repointed, and a new standby made from the new primary, so
+//!   promotions go on all run long; a data-loss fault: whatever the standby had not received
+//!   is lost, and the note says whether it was streaming). At the end, every row of dlock's
+//!   tables is read as a key (`pg:<table>:<key>`; see `PgDeployment::rows_left`).
 //! * **Clock**: every event is stamped with `CLOCK_MONOTONIC`, which is one clock for every
 //!   process on the machine, less the run's origin.
 //!
@@ -71,8 +89,9 @@
 //!   read-write lock's counter as rising while Redis keeps its data.
 //! * **Semaphore**: at most N (2) believed holders at once.
 //! * **Transient replies**: an acquire that may wait does not fail with LOADING, TRYAGAIN,
-//!   ASK or MOVED before its wait is over, and a release does not fail with one (the lock
-//!   would stay held until its lease ran out).
+//!   ASK or MOVED (PostgreSQL: a "not now", such as starting up or in recovery) before its
+//!   wait is over, and a release does not fail with one (the lock would stay held until its
+//!   lease ran out).
 //! * **Bounded waits**: an acquire answers, granted or not, within its wait plus 3.5 s (the
 //!   last attempt's response timeout, a synced WAIT, slack), unless its process was stopped.
 //! * **Liveness**: every client is granted something within 8 s of the last fault healing.
@@ -80,13 +99,16 @@
 //! * **Keys left**, by kind (the key with its lock name and ids taken out): no key without an
 //!   expiry, ever; and once every client exited cleanly, nothing but fencing counters and
 //!   release latches (which expire on their own), after 3 s for short-lived markers to expire.
+//!   On PostgreSQL the same for rows, where a row past its `expires_at` counts as gone (every
+//!   op reads it as absent; the next op on its key, or a later sweep, deletes it) and a
+//!   semaphore's permit count without holder rows is one that never expires.
 //! * **Data loss**: a fault that can lose acknowledged writes opens a window from its start to
 //!   5 s after its end (a hold from before it learns at its next renewal, a third of a lease
 //!   of at most 4 s, or when its hard lease of at most 3 s ends). An overlap (or a semaphore
 //!   excess) whose earlier hold was granted before the window closed and whose later hold was
 //!   granted inside it is counted apart as *explained by data loss*, not as a violation.
 //!   Data-loss faults: a restart without persistence; a SIGKILL of a primary (the replica may
-//!   not have had the last writes); a sentinel `SENTINEL FAILOVER` (the sentinels promote the
+//!   not have had the last writes); a PostgreSQL `promote` (asynchronous replication); a sentinel `SENTINEL FAILOVER` (the sentinels promote the
 //!   replica without stopping the old primary, which takes writes until it is told to follow:
 //!   those are lost); and a DEBUG SLEEP or SIGSTOP of a primary that made the replicas take
 //!   over (seen as the sentinels' primary or the cluster's masters changing within 8 s of its
@@ -108,11 +130,13 @@ mod keys_left;
 mod migrate;
 mod modes;
 mod nemesis;
+mod pg;
 mod proxy;
 mod restarts;
 mod rng;
 mod runner;
 mod summary;
+mod switch;
 // The integration tests' proxy, used as it is; this binary uses part of its API.
 #[allow(dead_code)]
 #[path = "../../tests/common/proxy.rs"]
@@ -145,6 +169,10 @@ pub(crate) struct RunArgs {
     /// Length of the run, in minutes (faults, then 10 s without).
     #[arg(long, default_value_t = 1.0)]
     pub(crate) minutes: f64,
+    /// Where the locks live: Redis (in `--topology`), or a PostgreSQL primary with a
+    /// streaming standby (needs the `postgres` feature).
+    #[arg(long, value_enum, default_value_t = Store::Redis)]
+    pub(crate) store: Store,
     #[arg(long, value_enum, default_value_t = Topology::Single)]
     pub(crate) topology: Topology,
     #[arg(long, value_enum, default_value_t = Kind::Mix)]
@@ -163,6 +191,12 @@ pub(crate) struct RunArgs {
     /// to dwell on one class; default: every fault of the topology.
     #[arg(long, value_delimiter = ',')]
     pub(crate) faults: Vec<String>,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Store {
+    Redis,
+    Postgres,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,6 +227,36 @@ impl Topology {
     }
 }
 
+impl RunArgs {
+    /// The deployment's name in titles and result directories: the topology, or `postgres`.
+    pub(crate) fn setup(&self) -> &'static str {
+        match self.store {
+            Store::Redis => self.topology.name(),
+            Store::Postgres => "postgres",
+        }
+    }
+
+    /// What the store cannot run, in words; `None` when the combination is fine.
+    fn refused(&self) -> Option<String> {
+        if self.store != Store::Postgres {
+            return None;
+        }
+        if self.topology != Topology::Single {
+            return Some(format!(
+                "--store postgres runs its own deployment (a primary and a standby): leave --topology {} out",
+                self.topology.name()
+            ));
+        }
+        if matches!(self.kind, Kind::Fair | Kind::Redisson) {
+            return Some(format!(
+                "the PostgreSQL store does not offer --kind {}: plain, rw, semaphore or mix",
+                self.kind.name()
+            ));
+        }
+        postgres_store_missing()
+    }
+}
+
 impl Kind {
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -206,6 +270,31 @@ impl Kind {
     }
 }
 
+/// Whether this build's dlock lacks the PostgreSQL store, asked of dlock itself (the feature
+/// may be on in dlock without being on in this package): a client of a closed port is refused
+/// as an invalid argument only when the store is not compiled in.
+fn postgres_store_missing() -> Option<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    let probe = rt.block_on(
+        dlock::LockClient::builder("postgres://postgres@127.0.0.1:1/postgres")
+            .connect_timeout(std::time::Duration::from_secs(1))
+            .build(),
+    );
+    match probe {
+        Err(e @ dlock::LockError::InvalidArgument { .. }) => Some(format!(
+            "--store postgres: {e} (cargo run --release --features postgres --example chaos -- ...)"
+        )),
+        Err(_) => None,
+        Ok(client) => {
+            rt.block_on(client.shutdown());
+            None
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.client {
@@ -215,7 +304,11 @@ fn main() -> ExitCode {
                 eprintln!("chaos: --clients and --minutes must be positive");
                 return ExitCode::from(2);
             }
-            if let Err(e) = nemesis::menu_of(cli.run.topology, &cli.run.faults) {
+            if let Some(why) = cli.run.refused() {
+                eprintln!("chaos: {why}");
+                return ExitCode::from(2);
+            }
+            if let Err(e) = nemesis::menu_of(cli.run.setup(), &cli.run.faults) {
                 eprintln!("chaos: {e}");
                 return ExitCode::from(2);
             }

@@ -1,7 +1,7 @@
 //! The lock modes a client takes, and what the checker may expect of each: one table, so a
 //! kind whose promises change (e.g. Redisson's `RLock` turning fenced) changes one line.
 
-use crate::Kind;
+use crate::{Kind, Store};
 
 /// What a mode's fencing tokens promise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,9 +93,11 @@ pub fn mode(name: &str) -> &'static Mode {
 }
 
 /// The modes a run of `kind` draws from (reads twice as often as writes, as readers are
-/// usually the many).
-pub fn of_kind(kind: Kind) -> &'static [&'static str] {
+/// usually the many). PostgreSQL offers neither the fair lock nor Redisson's kinds: its mix is
+/// the rest (the command line refuses `fair` and `redisson` there).
+pub fn of_kind(kind: Kind, store: Store) -> &'static [&'static str] {
     match kind {
+        Kind::Mix if store == Store::Postgres => &["plain", "read", "write", "sem"],
         Kind::Plain => &["plain"],
         Kind::Fair => &["fair"],
         Kind::Rw => &["read", "read", "write"],
@@ -108,8 +110,8 @@ pub fn of_kind(kind: Kind) -> &'static [&'static str] {
 }
 
 /// Every lock name a run of `kind` may take (the slots a cluster migration moves).
-pub fn locks_of(kind: Kind) -> Vec<&'static str> {
-    let mut locks: Vec<&'static str> = of_kind(kind)
+pub fn locks_of(kind: Kind, store: Store) -> Vec<&'static str> {
+    let mut locks: Vec<&'static str> = of_kind(kind, store)
         .iter()
         .flat_map(|m| mode(m).locks.iter().copied())
         .collect();

@@ -12,10 +12,11 @@ use rustix::process::Signal;
 
 use crate::deploy::{self, Deployment};
 use crate::history::{Ev, Recorder};
+use crate::pg::PgDeployment;
 use crate::proxy::Proxies;
 use crate::rng::Rng;
 use crate::runner::Clients;
-use crate::{migrate, restarts, Topology};
+use crate::{migrate, restarts};
 
 /// How long the nemesis waits for a failover to show after a pause or sleep of a primary
 /// (sentinels: 1 s to judge it down, then an election; cluster: 2 s node timeout).
@@ -25,7 +26,8 @@ const SETTLE_BOUND: Duration = Duration::from_secs(30);
 
 /// What the nemesis works on.
 pub struct Nemesis<'a> {
-    pub topology: Topology,
+    /// The deployment's name (`single`, `sentinel`, `cluster`, `postgres`): its fault menu.
+    pub setup: &'static str,
     pub deployment: &'a mut Deployment,
     pub proxies: Option<&'a Proxies>,
     pub clients: &'a std::sync::Mutex<Clients>,
@@ -42,10 +44,10 @@ pub struct Nemesis<'a> {
     next_id: u64,
 }
 
-/// The faults of each topology, with their weights.
-fn menu(topology: Topology) -> &'static [(&'static str, u64)] {
-    match topology {
-        Topology::Single => &[
+/// The faults of each deployment, with their weights.
+fn menu(setup: &str) -> &'static [(&'static str, u64)] {
+    match setup {
+        "single" => &[
             ("pause", 10),
             ("kill", 8),
             ("freeze", 10),
@@ -58,7 +60,7 @@ fn menu(topology: Topology) -> &'static [(&'static str, u64)] {
             ("script_flush", 6),
             ("debug_sleep", 6),
         ],
-        Topology::Cluster => &[
+        "cluster" => &[
             ("pause", 10),
             ("kill", 8),
             ("client_kill", 8),
@@ -69,7 +71,7 @@ fn menu(topology: Topology) -> &'static [(&'static str, u64)] {
             ("kill_master", 3),
             ("migrate", 10),
         ],
-        Topology::Sentinel => &[
+        "sentinel" => &[
             ("pause", 10),
             ("kill", 8),
             ("client_kill", 8),
@@ -79,17 +81,28 @@ fn menu(topology: Topology) -> &'static [(&'static str, u64)] {
             ("pause_master", 6),
             ("kill_master", 3),
         ],
+        "postgres" => &[
+            ("pause", 10),
+            ("kill", 8),
+            ("freeze", 10),
+            ("delay", 6),
+            ("cut", 8),
+            ("restart", 6),
+            ("terminate", 8),
+            ("pause_server", 5),
+            ("promote", 4),
+        ],
+        _ => &[],
     }
 }
 
-/// The topology's menu, narrowed to `only` when given; an error names a kind it lacks.
-pub fn menu_of(topology: Topology, only: &[String]) -> Result<Vec<(&'static str, u64)>, String> {
-    let all = menu(topology);
+/// The deployment's menu, narrowed to `only` when given; an error names a kind it lacks.
+pub fn menu_of(setup: &str, only: &[String]) -> Result<Vec<(&'static str, u64)>, String> {
+    let all = menu(setup);
     if let Some(unknown) = only.iter().find(|k| !all.iter().any(|(n, _)| n == k)) {
         let names: Vec<&str> = all.iter().map(|(n, _)| *n).collect();
         return Err(format!(
-            "no fault {unknown:?} on {}: one of {}",
-            topology.name(),
+            "no fault {unknown:?} on {setup}: one of {}",
             names.join(", ")
         ));
     }
@@ -102,7 +115,7 @@ pub fn menu_of(topology: Topology, only: &[String]) -> Result<Vec<(&'static str,
 
 impl<'a> Nemesis<'a> {
     pub fn new(
-        topology: Topology,
+        setup: &'static str,
         deployment: &'a mut Deployment,
         proxies: Option<&'a Proxies>,
         clients: &'a std::sync::Mutex<Clients>,
@@ -111,7 +124,7 @@ impl<'a> Nemesis<'a> {
         until: u64,
     ) -> Self {
         Nemesis {
-            topology,
+            setup,
             deployment,
             proxies,
             clients,
@@ -127,7 +140,7 @@ impl<'a> Nemesis<'a> {
 
     /// Runs faults until the fault phase ends.
     pub fn run(&mut self) {
-        let Ok(menu) = menu_of(self.topology, &self.only) else {
+        let Ok(menu) = menu_of(self.setup, &self.only) else {
             return;
         };
         let total: u64 = menu.iter().map(|(_, w)| w).sum();
@@ -209,6 +222,9 @@ impl<'a> Nemesis<'a> {
             // Not `c<n>` alone: the server goes down too (the band spans every lane).
             "kill_inflight" => format!("c{client}, {}", self.master_target(0)),
             "migrate" => format!("slot of {}", lock.unwrap_or("?")),
+            // One client's backends (its lane), or every client's (the band spans them all).
+            "terminate" if variant => format!("c{client}"),
+            "terminate" => format!("all clients, {}", self.master_target(0)),
             _ => self.master_target(master),
         };
         let id = self.start(kind, target);
@@ -235,6 +251,25 @@ impl<'a> Nemesis<'a> {
             "debug_sleep" => self.stall_master(master, length, true),
             "pause_master" => self.stall_master(master, length, false),
             "failover" => self.failover(master),
+            "restart" => self.on_postgres(|pg, rec| pg.restart(rec, length)),
+            "terminate" => self.on_postgres(|pg, rec| {
+                let ended = pg.terminate(variant.then_some(client))?;
+                rec.record(
+                    &rec.event(Ev::Note)
+                        .detail(format!("{ended} backend(s) terminated")),
+                );
+                Ok(())
+            }),
+            // Past every lease (at most 4 s): holders must see their loss before the server,
+            // waking, lets anyone else in.
+            "pause_server" => {
+                self.on_postgres(|pg, _| pg.pause(Duration::from_millis(4_500) + length / 2))
+            }
+            // Promotion with asynchronous replication: a grant the standby had not received is
+            // lost (a data-loss fault).
+            "promote" => self
+                .on_postgres(|pg, rec| pg.promote(rec))
+                .map(|(end, _)| (end, true)),
             "kill_master" => self.kill_master(master),
             _ => Err(format!("unknown fault {kind}")),
         };
@@ -243,6 +278,18 @@ impl<'a> Nemesis<'a> {
             Ok((end, loss)) => self.end(id, end.unwrap_or(now), loss, None),
             Err(e) => self.end(id, now, false, Some(format!("failed: {e}"))),
         }
+    }
+
+    /// Runs a fault of the PostgreSQL deployment.
+    fn on_postgres(
+        &mut self,
+        fault: impl FnOnce(&mut PgDeployment, &Recorder) -> Result<(), String>,
+    ) -> Outcome {
+        let Deployment::Postgres(pg) = &mut *self.deployment else {
+            return Err("a fault of the PostgreSQL deployment".into());
+        };
+        fault(pg, self.rec)?;
+        Ok((None, false))
     }
 
     fn master_target(&self, master: usize) -> String {
@@ -384,6 +431,7 @@ impl<'a> Nemesis<'a> {
             Deployment::Single(s, _) => s.pid(),
             Deployment::Sentinel(s) => s.master_pid().ok(),
             Deployment::Cluster(c) => c.server(port).and_then(|s| s.pid()),
+            Deployment::Postgres(pg) => Some(pg.primary.pid()),
         }
     }
 
@@ -431,7 +479,9 @@ impl<'a> Nemesis<'a> {
                 c.failover(master).map_err(|e| e.to_string())?;
                 Ok((Some(self.settle()), false))
             }
-            Deployment::Single(..) => Err("no failover on a single server".into()),
+            Deployment::Single(..) | Deployment::Postgres(..) => {
+                Err("no failover here (PostgreSQL: promote)".into())
+            }
         }
     }
 
@@ -444,7 +494,9 @@ impl<'a> Nemesis<'a> {
                 .kill_master(master)
                 .map(|_| ())
                 .map_err(|e| e.to_string())?,
-            Deployment::Single(..) => return Err("no promotable replica on a single server".into()),
+            Deployment::Single(..) | Deployment::Postgres(..) => {
+                return Err("no promotable replica here (PostgreSQL: promote)".into())
+            }
         }
         Ok((Some(self.settle()), true))
     }

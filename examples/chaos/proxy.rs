@@ -1,5 +1,6 @@
-//! One loopback TCP proxy per client in front of the single server, so the nemesis can
-//! partition one client from Redis without touching the others. The proxy itself is the one
+//! One loopback TCP proxy per client in front of the single server (or the PostgreSQL
+//! deployment's switch), so the nemesis can partition one client from the store without
+//! touching the others. The proxy itself is the one
 //! the integration tests use (`tests/common/proxy.rs`: freeze, delay replies, cut).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -19,7 +20,12 @@ impl Proxies {
         }
     }
 
-    /// The URL client `id` connects to.
+    /// The port client `id` connects to.
+    pub fn port(&self, id: usize) -> u16 {
+        self.proxies[id].port()
+    }
+
+    /// The Redis URL client `id` connects to.
     pub fn url(&self, id: usize) -> String {
         self.proxies[id].url()
     }

@@ -14,9 +14,10 @@ use crate::deploy::Deployment;
 use crate::history::{self, mono_ns, Ev, Recorder, NEMESIS};
 use crate::keys_left::{self, Ending};
 use crate::nemesis::Nemesis;
+use crate::pg::PgDeployment;
 use crate::proxy::Proxies;
 use crate::rng::Rng;
-use crate::{modes, summary, timeline, RunArgs, Topology};
+use crate::{modes, summary, timeline, RunArgs, Store, Topology};
 
 /// After the faults, the clients run on this long before they are told to stop: the
 /// liveness bound plus room to see it met.
@@ -36,11 +37,13 @@ pub struct Flavour {
     pub synced: bool,
 }
 
-pub fn flavours(seed: u64, clients: usize, topology: Topology) -> Vec<Flavour> {
+pub fn flavours(seed: u64, clients: usize, topology: Topology, store: Store) -> Vec<Flavour> {
     let mut rng = Rng::derive(seed, 0xF1A7);
     let threads = rng.range(0, 1) as usize;
     let synced = rng.range(0, 2) as usize;
-    let replica = matches!(topology, Topology::Single | Topology::Sentinel);
+    // PostgreSQL refuses synced_replicas (its own synchronous_commit does that job).
+    let replica =
+        store == Store::Redis && matches!(topology, Topology::Single | Topology::Sentinel);
     (0..clients)
         .map(|id| Flavour {
             current_thread: (id + threads).is_multiple_of(2),
@@ -88,7 +91,7 @@ impl Clients {
     }
 }
 
-/// Where results go: `target/chaos/<topology>-<kind>-<seed>/`.
+/// Where results go: `target/chaos/<topology or postgres>-<kind>-<seed>/`.
 fn results_dir(args: &RunArgs) -> PathBuf {
     // The binary is target/<profile>/examples/chaos.
     let target = std::env::var_os("CARGO_TARGET_DIR")
@@ -100,7 +103,7 @@ fn results_dir(args: &RunArgs) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("target"));
     target.join("chaos").join(format!(
         "{}-{}-{}",
-        args.topology.name(),
+        args.setup(),
         args.kind.name(),
         args.seed
     ))
@@ -115,7 +118,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let rec = Recorder::create(&parts.join("nemesis.jsonl"), origin, NEMESIS)?;
     let title = format!(
         "{} {} seed {} clients {} minutes {}",
-        args.topology.name(),
+        args.setup(),
         args.kind.name(),
         args.seed,
         args.clients,
@@ -124,19 +127,24 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     println!("chaos: {title}; results in {}", dir.display());
 
     let register = RedisServer::start()?;
-    let mut deployment = Deployment::start(args.topology, args.filler_keys)?;
+    let mut deployment = match args.store {
+        Store::Redis => Deployment::start(args.topology, args.filler_keys)?,
+        Store::Postgres => Deployment::Postgres(Box::new(PgDeployment::start()?)),
+    };
     let proxies = match &deployment {
         Deployment::Single(s, _) => Some(Proxies::start(args.clients, s.port())),
+        Deployment::Postgres(pg) => Some(Proxies::start(args.clients, pg.switch.port())),
         _ => None,
     };
-    let flavours = flavours(args.seed, args.clients, args.topology);
+    let flavours = flavours(args.seed, args.clients, args.topology, args.store);
     let duration = Duration::from_secs_f64(args.minutes * 60.0);
     let spawn = {
         let exe = std::env::current_exe()?;
         let urls: Vec<Vec<String>> = (0..args.clients)
-            .map(|id| match &proxies {
-                Some(p) => vec![p.url(id)],
-                None => deployment.urls(),
+            .map(|id| match (&proxies, args.store) {
+                (Some(p), Store::Postgres) => vec![PgDeployment::client_url(p.port(id), id)],
+                (Some(p), Store::Redis) => vec![p.url(id)],
+                (None, _) => deployment.urls(),
             })
             .collect();
         let master_name = deployment.master_name();
@@ -145,6 +153,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         // A hard stop for clients that never see their stdin close.
         let until = rec.now() + (duration + TAIL + Duration::from_secs(120)).as_nanos() as u64;
         let (kind, topology, seed) = (args.kind, args.topology, args.seed);
+        let store = match args.store {
+            Store::Redis => "redis",
+            Store::Postgres => "postgres",
+        };
         let flavours = flavours.clone();
         move |id: usize, incarnation: u64| -> io::Result<Child> {
             let log = std::fs::File::create(parts.join(format!("c{id}.{incarnation}.stderr")))?;
@@ -164,6 +176,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 .args(["--until", &until.to_string()])
                 .args(["--kind", kind.name()])
                 .args(["--topology", topology.name()])
+                .args(["--store", store])
                 .args(["--seed", &seed.to_string()])
                 .args(["--urls", &urls[id].join(",")])
                 .args(["--master-name", &master_name])
@@ -189,7 +202,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     // run on fault-free for the tail.
     let faults_until = duration.saturating_sub(TAIL).max(duration / 2);
     let mut nemesis = Nemesis::new(
-        args.topology,
+        args.setup(),
         &mut deployment,
         proxies.as_ref(),
         &clients,
@@ -198,7 +211,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         faults_until.as_nanos() as u64,
     );
     nemesis.filler = args.filler_keys;
-    nemesis.locks = modes::locks_of(args.kind);
+    nemesis.locks = modes::locks_of(args.kind, args.store);
     nemesis.only = args.faults.clone();
     nemesis.run();
     std::thread::sleep(TAIL.max(duration.saturating_sub(Duration::from_nanos(rec.now()))));

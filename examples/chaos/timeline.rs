@@ -169,9 +169,10 @@ fn fault_colour(kind: &str) -> &'static str {
     match kind {
         "pause" | "kill" => "#9b9b9b",
         "freeze" | "delay" | "cut" => "#7fb3d5",
-        "failover" | "kill_master" | "pause_master" | "debug_sleep" => "#c39bd3",
+        "failover" | "kill_master" | "pause_master" | "debug_sleep" | "promote" => "#c39bd3",
+        "pause_server" => "#d7bde2",
         "migrate" => "#f7dc6f",
-        "restart_loading" | "kill_inflight" => "#e59866",
+        "restart_loading" | "kill_inflight" | "restart" => "#e59866",
         _ => "#a9dfbf",
     }
 }

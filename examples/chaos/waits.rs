@@ -161,9 +161,15 @@ pub fn free_waits(events: &[Event], holds: &[Hold], faults: &[Fault]) -> Vec<Fre
 /// data after a restart, a slot in migration (TRYAGAIN, and the ASK / MOVED redirects).
 const TRANSIENT: &[&str] = &["LOADING", "TRYAGAIN", "ASK", "MOVED"];
 
-/// The transient Redis code in an error detail (`redis LOADING`).
+/// The transient Redis code in an error detail (`redis LOADING`), or PostgreSQL's "not now"
+/// (`postgres not_now`: starting up, recovering, a standby not yet promoted), which nothing
+/// ran on and the same request may be sent again.
 fn transient(detail: Option<&str>) -> Option<&str> {
-    let code = detail?.strip_prefix("redis ")?;
+    let detail = detail?;
+    if detail == "postgres not_now" {
+        return Some(detail);
+    }
+    let code = detail.strip_prefix("redis ")?;
     TRANSIENT.contains(&code).then_some(code)
 }
 

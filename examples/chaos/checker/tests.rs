@@ -451,3 +451,40 @@ fn flags_an_acquire_answering_long_after_its_wait() {
     let r = run(vec![vec![invoke, ok]]);
     assert!(r.is_clean(), "{:#?}", r.violations);
 }
+
+#[test]
+fn reads_postgres_not_now_as_a_transient_reply_and_unreachable_as_an_answer() {
+    let ms = 1_000_000;
+    let mut invoke = ev(100 * ms, 0, Ev::Invoke, 1, "plain:0", "plain");
+    invoke.wait = Some(3_000);
+    let fail = |detail: &str| ev(600 * ms, 0, Ev::Fail, 1, "plain:0", "plain").detail(detail);
+    let r = run(vec![vec![invoke.clone(), fail("postgres not_now")]]);
+    assert_eq!(properties(&r), ["waiters ride out transient replies"]);
+    // A broken link before any refusal is the caller's answer on either store.
+    let r = run(vec![vec![invoke, fail("postgres unreachable")]]);
+    assert!(r.is_clean(), "{:#?}", r.violations);
+}
+
+#[test]
+fn keeps_postgres_fences_latches_and_expired_rows_and_flags_live_ones() {
+    let keys = vec![
+        key("pg:fences:dlock:{plain%3A0}:fence", 86_000_000),
+        key("pg:latches:dlock:{plain%3A0}:latch:9f3c:1", 20_000),
+        key("pg:holds(expired):dlock:{plain%3A1}", 0),
+        key("pg:permits(expired):dlock:{sem%3A0}:sem", 0),
+        key("pg:holds:dlock:{plain%3A2}", 1_500),
+        key("pg:permits:dlock:{sem%3A0}:sem", -1),
+    ];
+    let ending = Ending {
+        keys,
+        unclean: Vec::new(),
+    };
+    let r = check(&[], &ending, &cfg());
+    assert_eq!(
+        properties(&r),
+        ["keys without expiry", "nothing stranded"],
+        "{:#?}",
+        r.violations
+    );
+    assert!(r.violations[1].text.starts_with("pg:holds:dlock:{*}: 1"));
+}
