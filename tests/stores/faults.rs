@@ -101,3 +101,45 @@ async fn a_hold_survives_a_crash_and_restart_of_the_store() {
         next.release().await.expect("release");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_the_store_does_not_answer_fails_naming_that_store() {
+    for store in stores() {
+        let a = store.client().await;
+        // A first call opens the client's connections before the server stops answering.
+        assert!(!a
+            .lock("stores:silent")
+            .is_locked()
+            .await
+            .expect("is_locked"));
+        store.pause();
+        let result = (a.lock("stores:silent"))
+            .wait(Duration::from_millis(500))
+            .acquire()
+            .await;
+        store.resume();
+        let Err(e) = result else {
+            panic!("{}: acquired from a paused server", store.name());
+        };
+        let text = e.to_string();
+        match &store {
+            super::both::Store::Redis(_) => {
+                assert!(matches!(e, dlock::LockError::Redis { .. }), "{text}")
+            }
+            super::both::Store::Postgres(_) => {
+                assert!(
+                    matches!(
+                        e,
+                        dlock::LockError::Store {
+                            store: "postgres",
+                            ..
+                        }
+                    ),
+                    "{text}"
+                );
+                assert!(text.starts_with("postgres at "), "{text}");
+            }
+        }
+        assert!(text.contains("stores:silent"), "{text}");
+    }
+}

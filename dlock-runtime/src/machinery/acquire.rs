@@ -397,21 +397,14 @@ impl Acquire<'_> {
         deadline.max(now + ATTEMPT_GRACE.min(response_timeout) + synced)
     }
 
-    /// The error for an attempt Redis did not answer within its bound.
+    /// The error for an attempt the store did not answer within its bound.
     fn no_reply(&self, started: Instant) -> LockError {
         let waited = started.elapsed();
         let io = std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             format!("no reply to acquire within the wait ({waited:?}); a grant that arrives later is released"),
         );
-        // Built directly: a wait that ran out is not a broken connection, so it must not make
-        // the watchdog renew every hold (`Shared::redis_error` would).
-        LockError::Redis {
-            name: self.name.to_owned(),
-            op: "acquire",
-            url: self.shared.url.clone(),
-            source: redis::RedisError::from(io),
-        }
+        self.shared.unanswered(self.name, "acquire", io)
     }
 
     /// Takes this kind's side of the lock for the owner of `parent`, an enclosing hold of the

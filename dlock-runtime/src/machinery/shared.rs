@@ -368,6 +368,30 @@ impl Shared {
         }
     }
 
+    /// The error for a request about lock `name` that the store did not answer within its
+    /// bound (`io`: what timed out), as this client's store reports its failures. Built
+    /// directly: a wait that ran out is not a broken connection, so it must not make the
+    /// watchdog renew every hold (`Shared::redis_error` would).
+    pub(crate) fn unanswered(&self, name: &str, op: &'static str, io: std::io::Error) -> LockError {
+        match &self.backing {
+            Backing::Redis { .. } => LockError::Redis {
+                name: name.to_owned(),
+                op,
+                url: self.url.clone(),
+                source: redis::RedisError::from(io),
+            },
+            #[cfg(feature = "postgres")]
+            Backing::Postgres(_) => LockError::Store {
+                name: name.to_owned(),
+                op,
+                store: "postgres",
+                url: self.url.clone(),
+                fault: crate::error::StoreFault::Unreachable,
+                source: Box::new(io),
+            },
+        }
+    }
+
     /// Turns a store's error into a `LockError` naming the lock and the operation.
     pub(crate) fn store_error(
         &self,
