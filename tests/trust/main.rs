@@ -12,6 +12,7 @@ mod failover;
 mod faults;
 mod functions;
 mod holder_view;
+mod late_acquire;
 mod runtime;
 mod settings;
 mod subscriber;

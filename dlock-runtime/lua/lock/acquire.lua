@@ -1,5 +1,6 @@
 -- Acquire or re-enter a lock.
--- KEYS[1] lock hash (owner -> hold count), KEYS[2] fencing counter, KEYS[3] re-entry marker
+-- KEYS[1] lock hash (owner -> hold count), KEYS[2] fencing counter, KEYS[3] re-entry marker,
+-- KEYS[4] the owner's "done" latch (release.lua writes it with the owner's last release)
 -- ARGV[1] lease in ms, ARGV[2] owner id, ARGV[3] marker lifetime in ms,
 -- ARGV[4] '1' when this is a re-entry of an enclosing hold, ARGV[5] fencing counter lifetime ms,
 -- ARGV[6] '1' to leave the expiry alone on a re-entry (a hard lease ends where it was set)
@@ -7,6 +8,13 @@
 -- re-entry: the holder knows its token), {0, pttl} otherwise.
 -- Every check comes before the first write: Redis does not roll a failed script back.
 if redis.call('EXISTS', KEYS[1]) == 0 then
+  if redis.call('EXISTS', KEYS[4]) == 1 then
+    -- This owner gave its last hold back, or its undo found it holding nothing: this is a
+    -- request of it that reached Redis late (it waited in a frozen connection while the
+    -- client gave up and undid it over another). Granting it would leave the lock held by
+    -- nobody until its lease ends.
+    return {0, 1}
+  end
   -- A free -> held transition: the token is max(last + 1, server time in µs). The clock term
   -- keeps tokens rising when the counter went back (Redis restored an older RDB or AOF, a
   -- replica that missed the last writes was promoted, the counter expired); the counter term

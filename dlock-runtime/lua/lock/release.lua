@@ -1,5 +1,7 @@
 -- Release one hold of a lock, at most once per request id.
--- KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] latch for this request id
+-- KEYS[1] lock hash, KEYS[2] release channel, KEYS[3] latch for this request id, KEYS[4] the
+-- owner's "done" latch: the answer of its last release (0: freed it, -1: held nothing), kept
+-- instead of KEYS[3] so that acquire.lua refuses a late request of an owner that is done
 -- ARGV[1] owner id, ARGV[2] lease in ms to refresh when holds remain (0: a hard lease, keep
 -- its expiry), ARGV[3] latch lifetime ms
 -- Returns -1 when ARGV[1] does not hold the lock, else the holds it has left; {0, listeners}
@@ -10,6 +12,12 @@
 local done = redis.pcall('GET', KEYS[3])
 if type(done) == 'table' then
   return redis.error_reply('WRONGTYPE release latch `' .. KEYS[3] .. '` holds a non-string value')
+end
+if not done then
+  done = redis.pcall('GET', KEYS[4])
+  if type(done) == 'table' then
+    return redis.error_reply('WRONGTYPE release latch `' .. KEYS[4] .. '` holds a non-string value')
+  end
 end
 if done then
   -- A retry of a release that already ran (reply lost to a timeout or reconnect): answer the
@@ -30,7 +38,7 @@ end
 -- write may take memory; on 7.0+ the library's allow-oom flag lets it run whatever the order.
 if result == 0 then
   redis.call('DEL', KEYS[1])
-  redis.call('SET', KEYS[3], result, 'PX', ARGV[3])
+  redis.call('SET', KEYS[4], result, 'PX', ARGV[3])
   -- pcall: a user without rights on the channel (ACL) is refused the PUBLISH, but the lock is
   -- free all the same; -1 tells the client, which warns (waiters wake at the lease's end).
   local heard = redis.pcall('PUBLISH', KEYS[2], 'released')
@@ -42,8 +50,11 @@ end
 if result > 0 and tonumber(ARGV[2]) > 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-redis.call('SET', KEYS[3], result, 'PX', ARGV[3])
 if result > 0 then
+  redis.call('SET', KEYS[3], result, 'PX', ARGV[3])
   redis.call('HSET', KEYS[1], ARGV[1], result)
+else
+  -- Held nothing: an undo of an acquire that may still land (see acquire.lua).
+  redis.call('SET', KEYS[4], result, 'PX', ARGV[3])
 end
 return result

@@ -44,6 +44,7 @@ impl LockKind for Plain {
         let mut call = ACQUIRE.key(&hold.keys.key);
         call.key(&hold.keys.fence)
             .key(marker)
+            .key(done_latch(hold))
             .arg(millis(hold.lease))
             .arg(&hold.owner)
             .arg(millis(latch_ttl))
@@ -66,6 +67,7 @@ impl LockKind for Plain {
         let mut call = RELEASE.key(&hold.keys.key);
         call.key(&hold.keys.channel)
             .key(latch)
+            .key(done_latch(hold))
             .arg(&hold.owner)
             // A hard lease ends when it ends: a partial release must not stretch it.
             .arg(if hold.hard { 0 } else { millis(hold.lease) })
@@ -100,4 +102,12 @@ impl LockKind for Plain {
         call.key(&keys.channel);
         call
     }
+}
+
+/// The latch of an owner that is done (its last release ran, or its undo found nothing): the
+/// release keeps its answer there, and an acquire of that owner that reaches Redis late (it
+/// waited in a frozen connection while the client undid it over another) is refused. Owner ids
+/// are fresh for every hold, so an owner is never legitimately granted again once done.
+fn done_latch(hold: &Claim) -> String {
+    format!("{}done:{}", hold.keys.latch_prefix, hold.owner)
 }
