@@ -80,6 +80,10 @@ struct Args {
     /// Only the rows whose label starts with this (e.g. `dlock plain`, `Redisson`, `rslock`).
     #[arg(long)]
     only: Option<String>,
+    /// Rounds of the per-call table: each measures every row (in an order that rotates), and
+    /// each cell is the median of the rounds.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
     /// Seconds of each ceiling run; 0 skips the ceiling.
     #[arg(long, default_value_t = 3.0)]
     ceiling_secs: f64,
@@ -223,14 +227,17 @@ async fn main() {
     });
 
     println!(
-        "server-cost: {} node(s), {} operations per stretch, {} tasks at once",
+        "server-cost: {} node(s), {} operations per stretch, {} tasks at once, {}",
         servers.len(),
         args.calls,
-        args.tasks
+        args.tasks,
+        server_version(&setup.node_urls[0]).await
     );
-    let mut costs = Vec::new();
-    for (i, (label, subject)) in rows.into_iter().enumerate() {
-        let subject = Arc::new(subject);
+    let rows: Vec<(String, Arc<Subject>)> = rows
+        .into_iter()
+        .map(|(label, subject)| (label, Arc::new(subject)))
+        .collect();
+    for (i, (_, subject)) in rows.iter().enumerate() {
         // Connections, the library and the scripts' cache warmed outside the stretches.
         phases::measure(
             subject.clone(),
@@ -240,19 +247,28 @@ async fn main() {
             &format!("{run}:{i}:warm"),
         )
         .await;
-        let c = phases::measure(
-            subject,
-            &mut servers,
-            args.calls,
-            args.tasks,
-            &format!("{run}:{i}"),
-        )
-        .await;
-        eprintln!(
-            "{label}: cycle {:.2} us",
-            c.cycle.usec as f64 / c.ops as f64
-        );
-        costs.push((label, c));
+    }
+    let mut costs: Vec<(String, Vec<phases::Costs>)> =
+        rows.iter().map(|(l, _)| (l.clone(), Vec::new())).collect();
+    for round in 0..args.rounds.max(1) {
+        for k in 0..rows.len() {
+            // A drifting load on a shared machine falls on a different row each round.
+            let i = (k + round) % rows.len();
+            let (label, subject) = &rows[i];
+            let c = phases::measure(
+                subject.clone(),
+                &mut servers,
+                args.calls,
+                args.tasks,
+                &format!("{run}:{i}:{round}"),
+            )
+            .await;
+            eprintln!(
+                "round {round}, {label}: cycle {:.2} us",
+                c.cycle.usec as f64 / c.ops as f64
+            );
+            costs[i].1.push(c);
+        }
     }
     report::per_call(&costs);
 
@@ -322,4 +338,19 @@ fn print_factors(rows: &[(String, Ceiling)]) {
             );
         }
     }
+}
+
+/// `redis_version:7.0.15` of the first node, for the report.
+async fn server_version(url: &str) -> String {
+    let mut node = plain_connection(url).await.expect("connect to a node");
+    let info: String = dlock::redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut node)
+        .await
+        .expect("INFO server");
+    info.lines()
+        .find(|l| l.starts_with("redis_version:"))
+        .unwrap_or("redis_version:?")
+        .trim()
+        .to_owned()
 }

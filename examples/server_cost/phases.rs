@@ -1,5 +1,5 @@
 //! The per-call figures of one row: acquires of fresh keys, their releases, whole cycles, and
-//! re-entries with their releases, each stretch alone between two readings of the servers.
+//! re-entries of held keys with their releases, each stretch alone between two readings of the servers.
 //! `tasks` tasks run at once, each one call after another, so that many calls are in flight and
 //! the server, not the round trip, sets the pace.
 
@@ -125,8 +125,10 @@ pub async fn measure(
     }
 }
 
-/// Each task holds one key and re-enters it its share of times (all kept), then gives those
-/// holds back; the first acquire and the last release are outside both stretches.
+/// Each task takes its share of fresh keys, then re-enters each once (count 1 -> 2, all kept),
+/// then gives those holds back (2 -> 1); the first acquires and the last releases are outside
+/// both stretches. One re-entry per key: a deep stack of them on one key measures something
+/// else (Redisson's read side walks every hold of the key on each release).
 async fn measure_reentry(
     subject: &Arc<Subject>,
     servers: &mut Servers,
@@ -139,18 +141,23 @@ async fn measure_reentry(
     let handles = spawn_tasks(tasks, calls, |t, n| {
         let (s, b, tag) = (subject.clone(), barrier.clone(), tag.to_owned());
         async move {
-            let outer = s.acquire(&format!("sc:{tag}:reenter:{t}")).await;
-            pause(&b).await;
-            let mut held = Vec::with_capacity(n);
-            for _ in 0..n {
-                held.push(s.reenter(&outer).await);
+            let mut outer = Vec::with_capacity(n);
+            for i in 0..n {
+                outer.push(s.acquire(&format!("sc:{tag}:reenter:{t}:{i}")).await);
             }
             pause(&b).await;
-            for h in held {
+            let mut inner = Vec::with_capacity(n);
+            for o in &outer {
+                inner.push(s.reenter(o).await);
+            }
+            pause(&b).await;
+            for h in inner {
                 s.release(h).await;
             }
             pause(&b).await;
-            s.release(outer).await;
+            for o in outer {
+                s.release(o).await;
+            }
         }
     });
     meet(&barrier).await;

@@ -5,6 +5,13 @@ use crate::ceiling::Ceiling;
 use crate::phases::Costs;
 use crate::stats::Reading;
 
+/// The median over rounds of `f` of each round's figures.
+fn med(rounds: &[Costs], f: impl Fn(&Costs) -> f64) -> f64 {
+    let mut v: Vec<f64> = rounds.iter().map(f).collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 /// µs per operation of a reading's script time.
 fn usec(r: &Reading, ops: u64) -> f64 {
     r.usec as f64 / ops as f64
@@ -18,24 +25,28 @@ fn cpu_all(r: &Reading, ops: u64) -> f64 {
     (r.cpu_user_us + r.cpu_sys_us) / ops as f64
 }
 
-/// Calls per operation, shown where it is not one (a multi-lock, a retry).
-fn calls_note(r: &Reading, ops: u64, per_op: u64) -> String {
-    let calls = r.calls as f64 / ops as f64;
+/// `7.06 us`, with the calls per operation where they are not `per_op` (a multi-lock's two,
+/// a retry).
+fn cell(rounds: &[Costs], per_op: u64, pick: impl Fn(&Costs) -> Option<&Reading>) -> String {
+    if pick(&rounds[0]).is_none() {
+        return "n/a".to_owned();
+    }
+    let us = med(rounds, |c| pick(c).map_or(0.0, |r| usec(r, c.ops)));
+    let calls = med(rounds, |c| {
+        pick(c).map_or(0.0, |r| r.calls as f64 / c.ops as f64)
+    });
     if (calls - per_op as f64).abs() < 0.005 {
-        String::new()
+        format!("{us:.2} us")
     } else {
-        format!(" ({calls:.2} calls)")
+        format!("{us:.2} us ({calls:.2} calls)")
     }
 }
 
-fn cell(r: &Reading, ops: u64, per_op: u64) -> String {
-    format!("{:.2} us{}", usec(r, ops), calls_note(r, ops, per_op))
-}
-
-pub fn per_call(rows: &[(String, Costs)]) {
+pub fn per_call(rows: &[(String, Vec<Costs>)]) {
+    let n = rows.first().map_or(0, |(_, r)| r.len());
     println!(
         "\n### Redis time per call (INFO commandstats `usec` of the commands the client sends, \
-         a script's own calls included, / operations)\n"
+         a script's own calls included, / operations; median of {n} round(s))\n"
     );
     println!(
         "| per call | acquire (free key) | release (frees) | cycle | re-entry acquire | \
@@ -43,22 +54,19 @@ pub fn per_call(rows: &[(String, Costs)]) {
     );
     println!("|---|---|---|---|---|---|---|");
     for (label, c) in rows {
-        let (re_a, re_r) = match &c.reentry {
-            Some((a, r)) => (cell(a, c.ops, 1), cell(r, c.ops, 1)),
-            None => ("n/a".to_owned(), "n/a".to_owned()),
-        };
-        let cycle_us = usec(&c.cycle, c.ops);
         println!(
-            "| {label} | {} | {} | {} | {re_a} | {re_r} | {:.0}k |",
-            cell(&c.acquire, c.ops, 1),
-            cell(&c.release, c.ops, 1),
-            cell(&c.cycle, c.ops, 2),
-            1e3 / cycle_us,
+            "| {label} | {} | {} | {} | {} | {} | {:.0}k |",
+            cell(c, 1, |c| Some(&c.acquire)),
+            cell(c, 1, |c| Some(&c.release)),
+            cell(c, 2, |c| Some(&c.cycle)),
+            cell(c, 1, |c| c.reentry.as_ref().map(|r| &r.0)),
+            cell(c, 1, |c| c.reentry.as_ref().map(|r| &r.1)),
+            1e3 / med(c, |c| usec(&c.cycle, c.ops)),
         );
     }
     println!(
         "\n### Server CPU per operation (main thread, `used_cpu_user` and user + sys deltas: \
-         the scripts plus reading requests and writing replies)\n"
+         the scripts plus reading requests and writing replies; median of {n} round(s))\n"
     );
     println!(
         "| per operation | acquire user | release user | cycle user | cycle user + sys | \
@@ -66,13 +74,13 @@ pub fn per_call(rows: &[(String, Costs)]) {
     );
     println!("|---|---|---|---|---|---|");
     for (label, c) in rows {
+        let all = med(c, |c| cpu_all(&c.cycle, c.ops));
         println!(
-            "| {label} | {:.2} us | {:.2} us | {:.2} us | {:.2} us | {:.0}k |",
-            cpu_user(&c.acquire, c.ops),
-            cpu_user(&c.release, c.ops),
-            cpu_user(&c.cycle, c.ops),
-            cpu_all(&c.cycle, c.ops),
-            1e3 / cpu_all(&c.cycle, c.ops),
+            "| {label} | {:.2} us | {:.2} us | {:.2} us | {all:.2} us | {:.0}k |",
+            med(c, |c| cpu_user(&c.acquire, c.ops)),
+            med(c, |c| cpu_user(&c.release, c.ops)),
+            med(c, |c| cpu_user(&c.cycle, c.ops)),
+            1e3 / all,
         );
     }
 }
