@@ -107,8 +107,13 @@ pub fn bases_for(
     out
 }
 
+/// Numbers the ceiling runs: owners and latches of one run must not meet a latch an earlier
+/// run left (it lives 5 s), which would answer a release as a retry.
+static RUNS: AtomicU64 = AtomicU64::new(0);
+
 /// Runs `load` against every target for `secs`.
 pub async fn scripts(load: Load, targets: &[Target], servers: &mut Servers, secs: f64) -> Ceiling {
+    let run = RUNS.fetch_add(1, Ordering::Relaxed);
     let done = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let mut conns = Vec::new();
@@ -131,7 +136,7 @@ pub async fn scripts(load: Load, targets: &[Target], servers: &mut Servers, secs
             tokio::spawn(async move {
                 let mut round = 0u64;
                 while Instant::now() < deadline {
-                    let pipe = pipeline(load, &bases, &format!("{w}:{round}"));
+                    let pipe = pipeline(load, &bases, &format!("{run}:{w}:{round}"));
                     let replies: Vec<Value> = pipe.query_async(&mut conn).await.expect("pipeline");
                     check(load, &replies);
                     done.fetch_add(bases.len() as u64, Ordering::Relaxed);
