@@ -82,18 +82,17 @@ async fn an_acquire_landing_after_its_undo_on_another_connection_leaves_the_lock
         async move { !latches(&mut raw).await.is_empty() }
     })
     .await;
-    assert_eq!(
-        script_runs(&mut raw).await,
-        runs_before + 1,
-        "only the undo's retry reached Redis"
-    );
+    // The undo's retry, or retries (each is bounded by the 500 ms response timeout, which a
+    // busy machine can overrun): none of the frozen requests.
+    let after_undo = script_runs(&mut raw).await;
+    assert!(after_undo > runs_before, "the undo reached Redis");
     assert!(proxy.held_bytes(0) > 0, "the frozen requests are held");
 
     // The frozen acquire, and the first try of its undo behind it, land now.
     proxy.thaw_connection(0);
     common::eventually(PROMPT, "the frozen requests ran", || {
         let mut raw = raw.clone();
-        async move { script_runs(&mut raw).await >= runs_before + 3 }
+        async move { script_runs(&mut raw).await >= after_undo + 2 }
     })
     .await;
 
