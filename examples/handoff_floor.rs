@@ -130,8 +130,9 @@ async fn subscriber(url: &str, wake: Wake) -> MultiplexedConnection {
 /// The plain scripts' arguments for `owner`: acquire (lease 30 s, top level) and release.
 fn acquire_call<'a>(script: &'a Script, owner: &str) -> redis::ScriptInvocation<'a> {
     let mut call = script.key(PLAIN_KEY);
-    call.key(format!("{PLAIN_KEY}:fence"))
+    call.key(dlock::inspect::fence_counter("handoff_floor:", PLAIN_KEY))
         .key(format!("{PLAIN_KEY}:marker"))
+        .key(format!("{PLAIN_KEY}:latch:done:{owner}"))
         .arg(30_000)
         .arg(owner)
         .arg(1_000)
@@ -148,6 +149,7 @@ fn release_call<'a>(script: &'a Script, owner: &str) -> redis::ScriptInvocation<
     let mut call = script.key(PLAIN_KEY);
     call.key(CHANNEL)
         .key(format!("{PLAIN_KEY}:latch:{latch}"))
+        .key(format!("{PLAIN_KEY}:latch:done:{owner}"))
         .arg(owner)
         .arg(30_000)
         .arg(1_000);

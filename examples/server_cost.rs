@@ -3,9 +3,10 @@
 //! throughput ceiling that cost sets (issue 31).
 //!
 //! `cargo run --release --example server_cost` (starts its own redis-server unless REDIS_URL
-//! is set; keys `sc:*` and `ceil:*` are left there, their fencing counters expiring within a
-//! day). `-- --cluster`: the same on a temporary local cluster of 3 masters (or
-//! REDIS_CLUSTER_URLS), with the ceiling on one master and on all of them.
+//! is set; keys `sc:*` and `ceil:*` are left there, and the slots' fencing counters
+//! `dlock:fence:{*}`, expiring within a day). `-- --cluster`: the same on a temporary local
+//! cluster of 3 masters (or REDIS_CLUSTER_URLS), with the ceiling on one master and on all of
+//! them.
 //!
 //! Per call: for each row, `--calls` acquires of fresh keys (all held), then their releases,
 //! then as many whole cycles, then re-entries of held keys and their releases; each stretch
@@ -211,6 +212,15 @@ async fn main() {
         Subject::RedissonScripts {
             db: setup.db().await,
             ids: Ids::new(&format!("{run}:redisson")),
+            fenced: false,
+        },
+    ));
+    rows.push((
+        "Redisson's own RFencedLock scripts (RLock's, and INCR of the token counter)".to_owned(),
+        Subject::RedissonScripts {
+            db: setup.db().await,
+            ids: Ids::new(&format!("{run}:redisson-fenced")),
+            fenced: true,
         },
     ));
     rows.push((

@@ -14,7 +14,7 @@ const PAGE: usize = 1_000;
 const MAX_PAGES: usize = 1_000_000;
 
 /// The locks under `prefix` that have a holder, a queue or a waiting writer, sorted by name
-/// and kind. Free locks leave only a fencing counter behind and are not listed.
+/// and kind. Free locks leave only expiring latches behind and are not listed.
 pub async fn find(dep: &mut Deployment, prefix: &str) -> Result<Vec<Layout>, String> {
     let pattern = format!("{}{{*", glob_escape(prefix));
     let mut found: BTreeMap<(String, Kind), bool> = BTreeMap::new();

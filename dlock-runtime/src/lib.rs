@@ -182,6 +182,9 @@
 //! * **TLS and ACL users** on each: `rediss://` URLs (rustls with the ring provider: pure Rust,
 //!   no OpenSSL headers needed to build), [`LockClientBuilder::tls_root_certificates`] for a
 //!   private CA, `user:password@` in URLs. Passwords never appear in errors, logs or `Debug`.
+//!   An ACL user's key patterns must cover its locks' keys (`<prefix>{<name>}…`) and the
+//!   fencing counters, `<prefix>fence:{*}` (one per cluster slot, shared by the locks there);
+//!   its channel patterns the locks' `…:chan` channels.
 //!
 //! A failover can lose a lock that was not yet replicated to the promoted replica: the holder
 //! learns it within a reconnect and a round trip (one server, Sentinel: the connection broke,

@@ -76,6 +76,7 @@ pub fn pattern(key: &str) -> String {
 fn kept_on_purpose(key: &str) -> bool {
     pg::kept_on_purpose(key)
         || key.ends_with(":fence")
+        || key.starts_with(&format!("{}fence:{{", dlock::DEFAULT_PREFIX))
         || key.contains(":latch:")
         || key.starts_with("redisson_lock_token:")
         || key.starts_with("redisson_unlock_latch:")

@@ -166,14 +166,16 @@ fn pipeline(load: Load, bases: &[String], round: &str) -> redis::Pipeline {
     for (i, b) in bases.iter().enumerate() {
         match load {
             Load::DlockScripts => {
-                // As kinds/plain.rs sends it: lease, owner, marker lifetime, not a re-entry,
-                // counter lifetime, no hard lease.
+                // As kinds/plain.rs sends it: the slot's fencing counter, the owner's done
+                // latch; lease, owner, marker lifetime, not a re-entry, counter lifetime, no
+                // hard lease.
                 pipe.cmd("EVALSHA")
                     .arg(DLOCK_ACQUIRE.get_hash())
-                    .arg(3)
+                    .arg(4)
                     .arg(b)
-                    .arg(format!("{b}:fence"))
+                    .arg(dlock::inspect::fence_counter("dlock:", b))
                     .arg(format!("{b}:reentry"))
+                    .arg(format!("{b}:latch:done:{}", owner(i)))
                     .arg(600_000)
                     .arg(owner(i))
                     .arg(5_000)
@@ -204,10 +206,11 @@ fn pipeline(load: Load, bases: &[String], round: &str) -> redis::Pipeline {
             Load::DlockScripts => {
                 pipe.cmd("EVALSHA")
                     .arg(DLOCK_RELEASE.get_hash())
-                    .arg(3)
+                    .arg(4)
                     .arg(b)
                     .arg(format!("{b}:chan"))
                     .arg(format!("{b}:latch:{round}:{i}"))
+                    .arg(format!("{b}:latch:done:{}", owner(i)))
                     .arg(owner(i))
                     .arg(600_000)
                     .arg(5_000);

@@ -36,6 +36,20 @@ redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return nil
 ";
 
+/// Redisson's RFencedLock acquire as its documentation describes it: RLock's grant, and on
+/// every grant (re-entries too) its token counter goes up by one (INCR, never expired); the
+/// answer carries the token. KEYS[1] lock hash, KEYS[2] token counter; ARGV as RLock's.
+const REDISSON_FENCED_ACQUIRE: &str = r"
+local mine = redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1
+if not mine then
+  return {redis.call('PTTL', KEYS[1]), false}
+end
+local token = redis.call('INCR', KEYS[2])
+redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return {false, token}
+";
+
 /// Redisson's RLock release (`unlockInner`, 3.24+: with the unlock latch that answers a retried
 /// request id as it was answered the first time). A hold fewer; the last one deletes the hash
 /// and publishes the unlock message, a remaining one sets the lease again. The latch stores 1
@@ -71,12 +85,19 @@ return redis.call('DEL', KEYS[1])
 
 // Hashed once: each call sends EVALSHA of the hash.
 static REDISSON_ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REDISSON_ACQUIRE));
+static REDISSON_FENCED_ACQUIRE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(REDISSON_FENCED_ACQUIRE));
 static REDISSON_RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REDISSON_RELEASE));
 static RSLOCK_RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RSLOCK_RELEASE));
 
 /// The sources of the raw scripts, for `SCRIPT LOAD` on every node before anything is
 /// measured (a pipelined EVALSHA does not fall back to EVAL).
-pub const RAW_SCRIPTS: [&str; 3] = [REDISSON_ACQUIRE, REDISSON_RELEASE, RSLOCK_RELEASE];
+pub const RAW_SCRIPTS: [&str; 4] = [
+    REDISSON_ACQUIRE,
+    REDISSON_FENCED_ACQUIRE,
+    REDISSON_RELEASE,
+    RSLOCK_RELEASE,
+];
 
 /// dlock's kinds, each through its public constructor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,9 +118,20 @@ pub enum Kind {
 
 /// One row of the table.
 pub enum Subject {
-    Dlock { client: LockClient, kind: Kind },
-    RedissonScripts { db: Db, ids: Ids },
-    Rslock { db: Db, ids: Ids },
+    Dlock {
+        client: LockClient,
+        kind: Kind,
+    },
+    /// Redisson's own scripts: RLock's, or with `fenced` RFencedLock's acquire (RLock's release).
+    RedissonScripts {
+        db: Db,
+        ids: Ids,
+        fenced: bool,
+    },
+    Rslock {
+        db: Db,
+        ids: Ids,
+    },
 }
 
 /// Fresh owner and request ids for the raw peers.
@@ -161,10 +193,10 @@ impl Subject {
     pub async fn acquire(&self, name: &str) -> Held {
         match self {
             Subject::Dlock { client, kind } => acquire_dlock(client, *kind, name).await,
-            Subject::RedissonScripts { db, ids } => {
+            Subject::RedissonScripts { db, ids, fenced } => {
                 let owner = ids.fresh();
                 let key = format!("{{{name}}}");
-                redisson_acquire(db, &key, &owner).await;
+                redisson_acquire(db, &key, &owner, *fenced).await;
                 Held::Raw { key, owner }
             }
             Subject::Rslock { db, ids } => {
@@ -208,8 +240,8 @@ impl Subject {
                     })
                     .await
             }
-            (Subject::RedissonScripts { db, .. }, Held::Raw { key, owner }) => {
-                redisson_acquire(db, key, owner).await;
+            (Subject::RedissonScripts { db, fenced, .. }, Held::Raw { key, owner }) => {
+                redisson_acquire(db, key, owner, *fenced).await;
                 Held::Raw {
                     key: key.clone(),
                     owner: owner.clone(),
@@ -225,7 +257,7 @@ impl Subject {
             (_, Held::Lock { guard, .. }) => guard.release().await.expect("release"),
             (_, Held::Permit(p)) => p.release().await.expect("release"),
             (_, Held::Multi { guard, .. }) => guard.release().await.expect("release"),
-            (Subject::RedissonScripts { db, ids }, Held::Raw { key, owner }) => {
+            (Subject::RedissonScripts { db, ids, .. }, Held::Raw { key, owner }) => {
                 let left: Option<i64> = REDISSON_RELEASE_SCRIPT
                     .key(&key)
                     .key(format!("redisson_lock__channel:{key}"))
@@ -292,7 +324,22 @@ async fn acquire_dlock(client: &LockClient, kind: Kind, name: &str) -> Held {
     }
 }
 
-async fn redisson_acquire(db: &Db, key: &str, owner: &str) {
+async fn redisson_acquire(db: &Db, key: &str, owner: &str, fenced: bool) {
+    if fenced {
+        let reply: (Option<i64>, Option<i64>) = REDISSON_FENCED_ACQUIRE_SCRIPT
+            .key(key)
+            .key(format!("redisson_lock_token:{key}"))
+            .arg(PEER_LEASE_MS)
+            .arg(owner)
+            .invoke_async(&mut db.clone())
+            .await
+            .expect("Redisson RFencedLock tryLock");
+        assert!(
+            matches!(reply, (None, Some(_))),
+            "{key}: held by someone else"
+        );
+        return;
+    }
     let reply: Value = REDISSON_ACQUIRE_SCRIPT
         .key(key)
         .arg(PEER_LEASE_MS)

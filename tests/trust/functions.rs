@@ -330,7 +330,12 @@ async fn a_full_server_still_renews_and_frees_locks_and_refuses_new_ones_clearly
 async fn a_user_refused_one_key_keeps_calling_the_library() {
     let server = common::server();
     let mut admin = common::raw(&server.url()).await;
-    let client = client_as(&server, &mut admin, &["~dlock:{ok*", "&*", "+@all"]).await;
+    let client = client_as(
+        &server,
+        &mut admin,
+        &["~dlock:{ok*", "~dlock:fence:*", "&*", "+@all"],
+    )
+    .await;
     let refused = client.lock("elsewhere").acquire().await;
     let text = refused
         .expect_err("a key outside the user's pattern")

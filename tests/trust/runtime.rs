@@ -243,7 +243,7 @@ async fn an_acquire_dropped_on_a_plain_thread_after_sending_leaves_no_lock() {
         .ttl(Duration::from_secs(30))
         .wait(Duration::from_secs(5));
     let probe = other.lock(name);
-    let fence = format!("{}:fence", lock.key());
+    let fence = dlock::inspect::fence_counter(dlock::DEFAULT_PREFIX, lock.key());
     // Load the scripts first: the acquire below is then one EVALSHA that runs when unpaused.
     lock.acquire()
         .await

@@ -11,6 +11,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
+use dlock::inspect::{Kind, Layout};
 use dlock::testing::RedisServer;
 use dlock::{LockClient, LockClientBuilder, LockError, SegmentedStock};
 
@@ -169,7 +170,7 @@ async fn a_wrong_typed_fencing_counter_fails_the_acquire_and_leaves_no_lock() {
         let lock = client
             .lock(format!("trust:settings:fence:{kind}"))
             .wait(Duration::ZERO);
-        let fence = format!("{}:fence", lock.key());
+        let fence = counter_of(Kind::Plain, &format!("trust:settings:fence:{kind}"));
         let mut args = setup.to_vec();
         args[1] = &fence;
         raw_set(&mut conn, &args).await;
@@ -252,6 +253,23 @@ async fn a_hard_lease_is_not_rearmed_by_reentry() {
     assert!(outer_lost, "the outer guard is not lost after the lease");
 }
 
+/// The fencing counter a lock of `kind` named `name` draws its tokens from: the one of its
+/// cluster slot, shared by the locks there.
+fn counter_of(kind: Kind, name: &str) -> String {
+    Layout::new(dlock::DEFAULT_PREFIX, kind, name)
+        .fence
+        .expect("this kind has a fencing counter")
+}
+
+/// A fair lock's key `part`: its fencing counter, or the key `<lock key>:<part>`.
+fn part_key(lock_key: &str, part: &str, name: &str) -> String {
+    if part == "fence" {
+        counter_of(Kind::Fair, name)
+    } else {
+        format!("{lock_key}:{part}")
+    }
+}
+
 /// Checks a WRONGTYPE error: the variant, the key it names, and words saying what that key is.
 /// Returns what is wrong with it, if anything.
 fn wrong_type_problem(e: &LockError, expected_key: &str, role: &str) -> Option<String> {
@@ -292,7 +310,7 @@ async fn a_wrong_typed_fencing_counter_is_named_in_the_error() {
         let lock = client
             .lock(format!("trust:errors:fence:{case}"))
             .wait(Duration::ZERO);
-        let fence = format!("{}:fence", lock.key());
+        let fence = counter_of(Kind::Plain, &format!("trust:errors:fence:{case}"));
         raw_set(&mut conn, &[command, &fence, value]).await;
         let e = lock
             .acquire()
@@ -335,7 +353,11 @@ async fn a_fair_acquire_over_a_wrong_typed_key_names_it_and_writes_nothing() {
         let lock = client
             .fair_lock(format!("trust:errors:fair-acquire:{part}"))
             .wait(Duration::ZERO);
-        let key = format!("{}:{part}", lock.key());
+        let key = part_key(
+            lock.key(),
+            part,
+            &format!("trust:errors:fair-acquire:{part}"),
+        );
         raw_set(&mut conn, &["RPUSH", &key, "x"]).await;
         let e = lock
             .acquire()
@@ -375,7 +397,11 @@ async fn a_fair_release_over_a_wrong_typed_key_names_it_and_changes_nothing() {
             .fair_lock(format!("trust:errors:fair-release:{part}"))
             .wait(Duration::ZERO);
         let guard = lock.acquire().await.expect("acquire");
-        let key = format!("{}:{part}", lock.key());
+        let key = part_key(
+            lock.key(),
+            part,
+            &format!("trust:errors:fair-release:{part}"),
+        );
         raw_set(&mut conn, &["DEL", &key]).await;
         raw_set(&mut conn, &["RPUSH", &key, "x"]).await;
         let e = guard

@@ -122,7 +122,7 @@ async fn tokens_rise_after_a_restart_from_an_older_rdb_snapshot() {
     server.kill();
     server.restart().expect("restart from the snapshot");
     let client = common::client(&server).await;
-    let fence = format!("{}:fence", client.lock(NAME).key());
+    let fence = dlock::inspect::fence_counter(dlock::DEFAULT_PREFIX, client.lock(NAME).key());
     println!(
         "rdb: counter after the restart {:?} (the snapshot's)",
         fence_value(&server.url(), &fence).await
@@ -167,7 +167,7 @@ async fn tokens_rise_after_a_restart_from_an_older_aof() {
     }
     server.restart().expect("restart from the older AOF");
     let client = common::client(&server).await;
-    let fence = format!("{}:fence", client.lock(NAME).key());
+    let fence = dlock::inspect::fence_counter(dlock::DEFAULT_PREFIX, client.lock(NAME).key());
     println!(
         "aof: counter after the restart {:?} (the older AOF's)",
         fence_value(&server.url(), &fence).await
@@ -190,7 +190,7 @@ async fn tokens_rise_after_promoting_a_replica_that_missed_the_last_acquires() {
     .await;
 
     let client = common::client(&primary).await;
-    let fence = format!("{}:fence", client.lock(NAME).key());
+    let fence = dlock::inspect::fence_counter(dlock::DEFAULT_PREFIX, client.lock(NAME).key());
     let mut tokens = Vec::new();
     cycles(&client, 3, &mut tokens).await;
     // The replica has everything up to here...

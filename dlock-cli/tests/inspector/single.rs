@@ -75,7 +75,7 @@ async fn list_shows_every_kind_with_holders_waiters_queue_and_permits() {
             .await
             .expect("reader b"),
     );
-    // Neither a lock freed since (only its fencing counter is left) nor a stock key is a lock.
+    // Neither a lock freed since (only its latches are left) nor a stock key is a lock.
     a.lock("gone")
         .acquire()
         .await

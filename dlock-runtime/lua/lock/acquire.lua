@@ -1,37 +1,48 @@
 -- Acquire or re-enter a lock.
--- KEYS[1] lock hash (owner -> hold count), KEYS[2] fencing counter, KEYS[3] re-entry marker,
+-- KEYS[1] lock hash (owner -> hold count), KEYS[2] the fencing counter of the lock's cluster
+-- slot (shared by every lock in that slot: a token must rise per lock name, and a counter
+-- rising for all of them does), KEYS[3] re-entry marker,
 -- KEYS[4] the owner's "done" latch (release.lua writes it with the owner's last release)
 -- ARGV[1] lease in ms, ARGV[2] owner id, ARGV[3] marker lifetime in ms,
 -- ARGV[4] '1' when this is a re-entry of an enclosing hold, ARGV[5] fencing counter lifetime ms,
 -- ARGV[6] '1' to leave the expiry alone on a re-entry (a hard lease ends where it was set)
 -- Returns {hold count, fencing token} when held by ARGV[2] afterwards ({count, 0} for a
 -- re-entry: the holder knows its token), {0, pttl} otherwise.
--- Every check comes before the first write: Redis does not roll a failed script back.
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  if redis.call('EXISTS', KEYS[4]) == 1 then
-    -- This owner gave its last hold back, or its undo found it holding nothing: this is a
-    -- request of it that reached Redis late (it waited in a frozen connection while the
-    -- client gave up and undid it over another). Granting it would leave the lock held by
-    -- nobody until its lease ends.
-    return {0, 1}
-  end
+-- Every check comes before the first write (Redis does not roll a failed script back), except
+-- the fencing counter's, which SET .. GET makes as it writes (see below).
+-- Cost: every redis.call is most of a script's server time, so the usual path (a free key)
+-- makes five: EXISTS, TIME, SET .. GET, HSET, PEXPIRE.
+
+-- One call answers "free, and this owner is not done" for both keys (they share a hash slot).
+if redis.call('EXISTS', KEYS[1], KEYS[4]) == 0 then
   -- A free -> held transition: the token is max(last + 1, server time in µs). The clock term
   -- keeps tokens rising when the counter went back (Redis restored an older RDB or AOF, a
   -- replica that missed the last writes was promoted, the counter expired); the counter term
   -- keeps them rising within one µs or if the clock steps back a little.
-  local last = redis.pcall('GET', KEYS[2])
+  local now = redis.call('TIME')
+  local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  -- The clock term wins unless the clock went back, so it is written first and the last
+  -- token read in the same call; a counter that was ahead is then written again, once.
+  -- SET .. GET refuses a non-string value without writing it (WRONGTYPE). A Lua number goes
+  -- to Redis as its integer digits (exact below 2^53; a µs clock is near 2^51), so no
+  -- string.format is needed.
+  local last = redis.pcall('SET', KEYS[2], clock, 'PX', ARGV[5], 'GET')
   if type(last) == 'table' then
     return redis.error_reply('WRONGTYPE fencing counter `' .. KEYS[2] .. '` holds a non-string value')
   end
-  last = tonumber(last or '0')
-  if not last then
-    return redis.error_reply('WRONGTYPE fencing counter `' .. KEYS[2] .. '` holds a non-number')
+  local token = clock
+  if last then
+    local n = tonumber(last)
+    if not n then
+      -- Not a counter: put the string back (its expiry, if it had one, is not restored).
+      redis.call('SET', KEYS[2], last)
+      return redis.error_reply('WRONGTYPE fencing counter `' .. KEYS[2] .. '` holds a non-number')
+    end
+    if n >= token then
+      token = n + 1
+      redis.call('SET', KEYS[2], token, 'PX', ARGV[5])
+    end
   end
-  local now = redis.call('TIME')
-  local token = math.max(last + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
-  -- The counter expires (one key per lock name would pile up forever); the clock term makes
-  -- that harmless.
-  redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[5])
   if ARGV[4] == '1' then
     redis.call('SET', KEYS[3], 1, 'PX', ARGV[3])
   end
@@ -45,8 +56,10 @@ if type(held) == 'table' then
 end
 if held == 1 and ARGV[4] ~= '1' then
   -- A top-level acquire finds its own (fresh) owner id already there: this is the same
-  -- request run twice (a client re-sent it after a dropped connection). Answer as the first
-  -- run did, changing nothing: the counter still holds the token that run handed out.
+  -- request run twice (a client re-sent it after a dropped connection). Answer as a grant,
+  -- changing nothing. The counter holds the token that run handed out or, if another lock of
+  -- the slot was granted since, a later one: either is above every earlier holder's token of
+  -- this lock and below every later one's, which is all a token promises.
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
 end
 if held == 1 then
@@ -60,4 +73,12 @@ if held == 1 then
   end
   return {count, 0}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl == -2 then
+  -- The lock is free, so it was the done latch that EXISTS counted: this owner gave its last
+  -- hold back, or its undo found it holding nothing, and this is a request of it that reached
+  -- Redis late (it waited in a frozen connection while the client gave up and undid it over
+  -- another). Granting it would leave the lock held by nobody until its lease ends.
+  return {0, 1}
+end
+return {0, pttl}

@@ -12,12 +12,12 @@
 -- server's clock in µs, read, not stored (a writer's own read gets one after the writer's).
 -- Returns {read holds of ARGV[2], token} when granted, {0, pttl} otherwise.
 -- Every check comes before the first write: Redis does not roll a failed script back.
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind ~= 'none' and kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE lock hash `' .. KEYS[1] .. '` holds a ' .. kind)
+-- One HMGET reads both fields and checks the type (it refuses a non-hash).
+local fields = redis.pcall('HMGET', KEYS[1], 'mode', ARGV[2])
+if fields.err then
+  return redis.error_reply('WRONGTYPE lock hash `' .. KEYS[1] .. '` holds a non-hash value')
 end
-local mode = redis.call('HGET', KEYS[1], 'mode')
-local count = redis.call('HGET', KEYS[1], ARGV[2])
+local mode, count = fields[1], fields[2]
 local now = redis.call('TIME')
 local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
 if count and ARGV[5] ~= '1' then
@@ -29,12 +29,15 @@ if not (mode == false or mode == 'read'
     or (mode == 'write' and redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1)) then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-if mode == false then
-  redis.call('HSET', KEYS[1], 'mode', 'read')
-end
 local n = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 redis.call('SET', KEYS[2] .. ':' .. n, 1, 'PX', ARGV[1])
-redis.call('PEXPIRE', KEYS[1], math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[1])))
+if mode == false then
+  -- A new hash: its expiry is this lease.
+  redis.call('HSET', KEYS[1], 'mode', 'read')
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+else
+  redis.call('PEXPIRE', KEYS[1], math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[1])))
+end
 if ARGV[5] == '1' then
   redis.call('SET', KEYS[3], 1, 'PX', ARGV[4])
 end

@@ -9,11 +9,11 @@
 -- counter. The token of a new writer is the server's clock in µs, read, not stored; a
 -- re-entry gets 0 (the enclosing hold's token stands).
 -- Returns {holds, token} when granted, {0, pttl} otherwise.
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind ~= 'none' and kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE lock hash `' .. KEYS[1] .. '` holds a ' .. kind)
+-- HGET refuses a non-hash: the type check costs no call of its own.
+local mode = redis.pcall('HGET', KEYS[1], 'mode')
+if type(mode) == 'table' then
+  return redis.error_reply('WRONGTYPE lock hash `' .. KEYS[1] .. '` holds a non-hash value')
 end
-local mode = redis.call('HGET', KEYS[1], 'mode')
 local now = redis.call('TIME')
 local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
 if mode == false then

@@ -19,14 +19,16 @@ if latch and done then
   end
   return 1
 end
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind ~= 'none' and kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE lock hash `' .. KEYS[1] .. '` holds a ' .. kind)
+-- One HMGET reads the mode and this owner's holds and checks the type (it refuses a
+-- non-hash), before the first write.
+local fields = redis.pcall('HMGET', KEYS[1], 'mode', ARGV[1])
+if fields.err then
+  return redis.error_reply('WRONGTYPE lock hash `' .. KEYS[1] .. '` holds a non-hash value')
 end
+local mode, holds = fields[1], fields[2]
 if not latch and redis.call('DEL', KEYS[3]) == 0 then
   return -1
 end
-local mode = redis.call('HGET', KEYS[1], 'mode')
 if mode == false then
   redis.pcall(ARGV[4], KEYS[2], '1')
   if latch then
@@ -34,7 +36,7 @@ if mode == false then
   end
   return -1
 end
-if mode ~= 'write' or redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+if mode ~= 'write' or not holds then
   return -1
 end
 local n = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)

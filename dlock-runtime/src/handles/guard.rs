@@ -73,10 +73,12 @@ impl LockGuard {
     /// so a later holder always has a larger one. Pass it to the resource you protect and make
     /// it reject writes carrying a smaller token than it has seen; that, not the lease, is what
     /// keeps a paused or partitioned former holder from doing damage. Re-entries report the
-    /// enclosing hold's token. Tokens count up from the Redis server's time in µs at the moment
-    /// the counter was made; the counter key expires (a day, or twice the lease, after it was
-    /// made) and the next one starts from the clock again, so tokens never go backwards unless
-    /// the Redis server's clock jumps back by more than that lifetime.
+    /// enclosing hold's token. Tokens count up from the Redis server's time in µs: each grant
+    /// takes the larger of the clock and the last token plus one, from a counter shared by the
+    /// locks of one cluster slot (a token rises per lock name; it may skip values other locks
+    /// took). The counter expires a day (or twice the lease) after the last grant in its slot
+    /// and the next one starts from the clock again, so tokens never go backwards unless the
+    /// Redis server's clock jumps back by more than that lifetime.
     /// A token is the Redis counter times 1024; a hold handed over locally by the previous
     /// holder of this client (see [`LockGuard::release`]) has that holder's token plus one, and
     /// at most 1023 handoffs follow one Redis acquire, so the next acquire in Redis is always

@@ -19,17 +19,21 @@
 //!
 //! | kind | main key | type | beside it |
 //! |---|---|---|---|
-//! | plain | `…{n}` | hash owner -> hold count, PTTL = lease | `:fence`, `:latch:*`, channel `:chan` |
-//! | read-write | `…{n}:rw` | hash `mode`, `w:<owner>`, `r:<owner>` -> count | `:readers` (zset owner -> deadline, server ms), `:wwait` (a waiting writer), `:fence`, `:latch:*`, `:chan` |
-//! | fair | `…{n}:fair` | hash owner -> hold count | `:queue` (zset owner -> arrival, server µs), `:alive` (zset owner -> keep-place deadline), `:fence`, `:latch:*`; waiters listen on `:grant:<owner>` |
+//! | plain | `…{n}` | hash owner -> hold count, PTTL = lease | `:latch:*`, channel `:chan` |
+//! | read-write | `…{n}:rw` | hash `mode`, `w:<owner>`, `r:<owner>` -> count | `:readers` (zset owner -> deadline, server ms), `:wwait` (a waiting writer), `:latch:*`, `:chan` |
+//! | fair | `…{n}:fair` | hash owner -> hold count | `:queue` (zset owner -> arrival, server µs), `:alive` (zset owner -> keep-place deadline), `:latch:*`; waiters listen on `:grant:<owner>` |
 //! | semaphore | `…{n}:sem` | zset owner -> deadline (server ms) | `:permits` (the count), `:latch:*`, `:chan` |
+//!
+//! The fencing counters are not a lock's: one string per cluster slot, `<prefix>fence:{<t>}`
+//! (`t` the smallest number whose tag hashes to that slot; [`Layout::fence`] names it), holds
+//! the last token any plain, read-write or fair lock of that slot was granted.
 //!
 //! The main key exists exactly while somebody holds the lock (or, for a fair lock, while a
 //! grant waits for its new owner); a fair queue can outlive it for a moment.
 
 use std::sync::Arc;
 
-use crate::backend::names::LockKeys;
+use crate::backend::names::{self, LockKeys};
 use crate::error::LockError;
 use crate::handles::client::LockClient;
 use crate::handles::lock::Lock;
@@ -93,8 +97,6 @@ impl std::fmt::Display for Kind {
 pub enum Part {
     /// The main key: the holders.
     Holders,
-    /// The fencing counter.
-    Fence,
     /// A release latch or re-entry marker (short-lived).
     Latch,
     /// A fair lock's queue.
@@ -122,7 +124,9 @@ pub struct Layout {
     /// Where releases are published (a fair lock's waiters listen on [`Layout::grant_channel`]
     /// instead).
     pub channel: String,
-    /// The fencing counter (no semaphore has one).
+    /// The fencing counter (no semaphore has one): the one of the lock's cluster slot,
+    /// `<prefix>fence:{<t>}`, shared by every lock whose key is in that slot. It belongs to no
+    /// single lock, so [`parse_key`] reads it as foreign.
     pub fence: Option<String>,
     /// A fair lock's queue.
     pub queue: Option<String>,
@@ -145,7 +149,7 @@ impl Layout {
         Layout {
             kind,
             name: name.to_owned(),
-            fence: (kind != Kind::Semaphore).then(|| keys.fence.clone()),
+            fence: (kind != Kind::Semaphore).then(|| keys.counter.clone()),
             queue: beside(kind == Kind::Fair, ":queue"),
             keep_alive: beside(kind == Kind::Fair, ":alive"),
             readers: beside(kind == Kind::ReadWrite, ":readers"),
@@ -161,6 +165,20 @@ impl Layout {
     pub fn grant_channel(&self, owner: &str) -> Option<String> {
         (self.kind == Kind::Fair).then(|| format!("{}:grant:{owner}", self.key))
     }
+}
+
+/// The fencing counter a lock whose main key is `key` draws its tokens from, under `prefix`:
+/// the one of `key`'s cluster slot (the same as [`Layout::fence`] for that lock).
+///
+/// ```
+/// # extern crate dlock_runtime as dlock;
+/// use dlock::inspect::{fence_counter, Kind, Layout};
+///
+/// let layout = Layout::new("dlock:", Kind::Plain, "order:42");
+/// assert_eq!(fence_counter("dlock:", &layout.key), layout.fence.unwrap());
+/// ```
+pub fn fence_counter(prefix: &str, key: &str) -> String {
+    names::slot_counter(prefix, names::cluster_slot(key))
 }
 
 /// A Redis key read back as a part of a lock.
@@ -194,7 +212,6 @@ pub fn parse_key(prefix: &str, key: &str) -> Option<KeyInfo> {
         .unwrap_or((Kind::Plain, rest));
     let part = match (kind, rest) {
         (_, "") => Part::Holders,
-        (_, ":fence") if kind != Kind::Semaphore => Part::Fence,
         (_, latch) if latch.starts_with(":latch:") => Part::Latch,
         (Kind::Fair, ":queue") => Part::Queue,
         (Kind::Fair, ":alive") => Part::KeepAlive,
@@ -260,7 +277,6 @@ mod tests {
                 let l = Layout::new("dlock:", kind, name);
                 let parts = [
                     (Some(l.key.clone()), Part::Holders),
-                    (l.fence.clone(), Part::Fence),
                     (Some(format!("{}:latch:abc", l.key)), Part::Latch),
                     (l.queue.clone(), Part::Queue),
                     (l.keep_alive.clone(), Part::KeepAlive),
@@ -291,6 +307,10 @@ mod tests {
         assert_eq!(s.key, "p:{n}:sem");
         assert_eq!(s.permits.as_deref(), Some("p:{n}:sem:permits"));
         assert_eq!(s.fence, None);
+        assert_eq!(
+            Layout::new("p:", Kind::Plain, "n").fence,
+            Layout::new("p:", Kind::Fair, "n").fence
+        );
         let f = Layout::new("p:", Kind::Fair, "n");
         assert_eq!(
             f.grant_channel("o:1").as_deref(),
@@ -309,6 +329,8 @@ mod tests {
             "dlock:{a%7}",
             "dlock:{a{b}",
             "dlock:{a}:sem:fence",
+            "dlock:{a}:fence",
+            "dlock:fence:{3560}",
             "dlock:{a}:chan",
             "other:{a}",
             "dlock:a",

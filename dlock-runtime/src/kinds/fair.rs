@@ -73,7 +73,7 @@ impl LockKind for Fair {
         let mut call = ACQUIRE.key(&hold.keys.key);
         call.key(queue(&hold.keys))
             .key(keep_alive(&hold.keys))
-            .key(&hold.keys.fence)
+            .key(&hold.keys.counter)
             .key(marker)
             .arg(millis(hold.lease))
             .arg(&hold.owner)
@@ -93,7 +93,7 @@ impl LockKind for Fair {
         let mut call = RELEASE.key(&hold.keys.key);
         call.key(queue(&hold.keys))
             .key(keep_alive(&hold.keys))
-            .key(&hold.keys.fence)
+            .key(&hold.keys.counter)
             .key(&hold.keys.channel)
             .key(latch)
             .arg(&hold.owner)
@@ -110,7 +110,7 @@ impl LockKind for Fair {
         let mut call = UNDO_REENTRY.key(&hold.keys.key);
         call.key(queue(&hold.keys))
             .key(keep_alive(&hold.keys))
-            .key(&hold.keys.fence)
+            .key(&hold.keys.counter)
             .key(&hold.keys.channel)
             .key(marker)
             .arg(&hold.owner)

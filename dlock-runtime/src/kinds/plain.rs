@@ -42,7 +42,7 @@ impl LockKind for Plain {
             str::to_owned,
         );
         let mut call = ACQUIRE.key(&hold.keys.key);
-        call.key(&hold.keys.fence)
+        call.key(&hold.keys.counter)
             .key(marker)
             .key(done_latch(hold))
             .arg(millis(hold.lease))

@@ -65,6 +65,7 @@ pub(crate) fn keys(name: &str, channel: &str) -> LockKeys {
         key: name.to_owned(),
         channel: prefix_name(channel, name),
         fence: prefix_name("redisson_lock_token", name),
+        counter: prefix_name("redisson_lock_token", name),
         latch_prefix: format!("{}:", prefix_name("redisson_unlock_latch", name)),
     }
 }

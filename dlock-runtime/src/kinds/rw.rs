@@ -143,7 +143,7 @@ fn acquire(side: &str, hold: &Claim, reentry: Option<&str>, latch_ttl: Duration)
     let mut call = ACQUIRE.key(&hold.keys.key);
     call.key(readers(&hold.keys))
         .key(writer_waiting(&hold.keys))
-        .key(&hold.keys.fence)
+        .key(&hold.keys.counter)
         .key(marker)
         .arg(side)
         .arg(&hold.owner)

@@ -193,9 +193,9 @@ pub(crate) fn flag(on: bool) -> &'static str {
     }
 }
 
-/// How long a fencing counter lives. Tokens stay monotonic after it expires (the acquire
-/// scripts never hand out less than the server's clock in µs), so this only bounds memory per
-/// name.
+/// How long a fencing counter lives after the last grant in its slot. Tokens stay monotonic
+/// after it expires (the acquire scripts never hand out less than the server's clock in µs);
+/// the expiry only lets an unused key prefix's counters go.
 pub(crate) fn fence_lifetime(lease: Duration) -> Duration {
     (lease * 2).max(Duration::from_secs(24 * 3600))
 }

@@ -249,7 +249,7 @@ fn key(key: &str, pttl: i64) -> KeyLeft {
 fn flags_stranded_keys_and_keys_without_expiry_by_kind() {
     let keys = vec![
         key("dlock:{plain%3A0}", 900),
-        key("dlock:{plain%3A1}:fence", 86_000_000),
+        key("dlock:fence:{3560}", 86_000_000),
         key("dlock:{plain%3A1}:latch:9f3c01", 4_000),
         key("dlock:{fair%3A0}:fair:queue", 700),
         key("redisson_lock_token:{rlock:0}", -1),

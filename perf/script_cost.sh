@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Server time of single scripts, old and new side by side: each script is SCRIPT LOADed into
+# one throw-away redis-server and driven with redis-benchmark (EVALSHA, fresh random keys,
+# pipelined), `usec_per_call` read from INFO commandstats; TRIALS rounds interleaved, the
+# minimum and median of each reported (the minimum is the least disturbed by other load).
+#
+#   perf/script_cost.sh [TRIALS] [REV]    REV: the git revision of the "old" scripts (HEAD)
+#
+# A tool for reading script changes (issue 31); examples/server_cost measures through the API.
+set -euo pipefail
+trials="${1:-7}"
+rev="${2:-HEAD}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+lua="$root/dlock-runtime/lua"
+server="${REDIS_SERVER_BIN:-redis-server}"
+cli="${REDIS_CLI_BIN:-redis-cli}"
+port=$((30000 + RANDOM % 20000))
+dir="$(mktemp -d)"
+"$server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" --daemonize yes >/dev/null
+trap '"$cli" -p "$port" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
+for _ in $(seq 50); do "$cli" -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+# name | script path under lua/ | numkeys and keys and args (__rand_int__: fresh per call)
+cases=(
+  "plain acquire|lock/acquire.lua|4 {k:__rand_int__} {k}:fence:__rand_int__ {k}:m {k}:done:__rand_int__ 600000 owner 5000 0 86400000 0"
+  "plain release (held nothing)|lock/release.lua|4 {k:__rand_int__} {k}:chan {k}:latch:__rand_int__ {k}:done:__rand_int__ owner 600000 5000"
+  "Redisson-kind acquire|redisson/lock_acquire.lua|2 k:__rand_int__ m:x 600000 owner 5000 0 0"
+  "Redisson-kind fenced acquire|redisson/fenced_lock_acquire.lua|3 k:__rand_int__ t:__rand_int__ m:x 600000 owner 5000 0 0"
+)
+[ -n "${ONLY:-}" ] && { mapfile -t cases < <(printf '%s\n' "${cases[@]}" | grep -- "$ONLY"); }
+
+usec() {
+  "$cli" -p "$port" FLUSHALL >/dev/null
+  "$cli" -p "$port" CONFIG RESETSTAT >/dev/null
+  # shellcheck disable=SC2086
+  redis-benchmark -p "$port" -n "${CALLS:-100000}" -c 8 -P 16 -r 100000000 -q EVALSHA "$1" $2 >/dev/null
+  "$cli" -p "$port" INFO commandstats | grep '^cmdstat_evalsha:' | sed 's/.*usec_per_call=\([0-9.]*\).*/\1/'
+}
+stats() { sort -n | awk '{a[NR]=$1} END {printf "min %5.2f  median %5.2f", a[1], a[int((NR+1)/2)]}'; }
+
+for c in "${cases[@]}"; do
+  IFS='|' read -r name path args <<<"$c"
+  old_sha="$("$cli" -p "$port" SCRIPT LOAD "$(git -C "$root" show "$rev:dlock-runtime/lua/$path")")"
+  new_sha="$("$cli" -p "$port" SCRIPT LOAD "$(cat "$lua/$path")")"
+  old=() new=()
+  for _ in $(seq "$trials"); do
+    old+=("$(usec "$old_sha" "$args")")
+    new+=("$(usec "$new_sha" "$args")")
+  done
+  printf '%-32s old %s   new %s  (us per call)\n' "$name" \
+    "$(printf '%s\n' "${old[@]}" | stats)" "$(printf '%s\n' "${new[@]}" | stats)"
+done
