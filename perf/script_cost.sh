@@ -20,9 +20,12 @@ dir="$(mktemp -d)"
 trap '"$cli" -p "$port" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
 for _ in $(seq 50); do "$cli" -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
-# name | script path under lua/ | numkeys and keys and args (__rand_int__: fresh per call)
+# name | script path under lua/ | numkeys and keys and args (__rand_int__: fresh per call).
+# A fresh counter is what a first acquire of a name met when each name had its own (before
+# the counters were one per cluster slot); a shared one is what it meets now.
 cases=(
-  "plain acquire|lock/acquire.lua|4 {k:__rand_int__} {k}:fence:__rand_int__ {k}:m {k}:done:__rand_int__ 600000 owner 5000 0 86400000 0"
+  "plain acquire, a fresh counter|lock/acquire.lua|4 {k:__rand_int__} {k}:fence:__rand_int__ {k}:m {k}:done:__rand_int__ 600000 owner 5000 0 86400000 0"
+  "plain acquire, a shared counter|lock/acquire.lua|4 {k:__rand_int__} {k}:fence {k}:m {k}:done:__rand_int__ 600000 owner 5000 0 86400000 0"
   "plain release (held nothing)|lock/release.lua|4 {k:__rand_int__} {k}:chan {k}:latch:__rand_int__ {k}:done:__rand_int__ owner 600000 5000"
   "Redisson-kind acquire|redisson/lock_acquire.lua|2 k:__rand_int__ m:x 600000 owner 5000 0 0"
   "Redisson-kind fenced acquire|redisson/fenced_lock_acquire.lua|3 k:__rand_int__ t:__rand_int__ m:x 600000 owner 5000 0 0"
