@@ -2,8 +2,9 @@
 -- KEYS[2i-1] lock hash, KEYS[2i] its reader leases; ARGV[3i-2] side 'r' | 'w', ARGV[3i-1]
 -- owner id, ARGV[3i] lease ms
 -- Returns one entry per hold: 1 renewed, 0 no longer ours (gone, taken, expired, another type).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Cost: a writer's hold HEXISTS, PTTL, PEXPIRE (a PEXPIRE only where the expiry moves out); a
+-- reader's ZSCORE, ZADD, PTTL, PEXPIRE too, and one TIME per call that renews readers.
+local now
 local out = {}
 for i = 1, #KEYS / 2 do
   local hash, readers = KEYS[2 * i - 1], KEYS[2 * i]
@@ -11,7 +12,12 @@ for i = 1, #KEYS / 2 do
   -- pcall: one key overwritten with another type must not fail the whole batch.
   local held = redis.pcall('HEXISTS', hash, side .. ':' .. owner)
   if held == 1 and side == 'r' then
-    -- A reader past its own deadline is gone even before a script pruned it.
+    -- A reader past its own deadline is gone even before a script pruned it. The clock is read
+    -- once, and only for readers: a writer's hold has no deadline of its own.
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
     local deadline = redis.pcall('ZSCORE', readers, owner)
     if type(deadline) ~= 'string' or tonumber(deadline) <= now then
       held = 0
