@@ -21,11 +21,11 @@
 -- types are checked by the reads each path needs anyway (a read of a key of another type
 -- fails, and pcall catches it), the fencing counter's by SET .. GET as it writes (see below).
 -- Cost: each redis.call is most of a script's server time. A free lock, top-level: EXISTS,
--- GET, ZCARD, TIME, SET .. GET, HSET, PEXPIRE (a reader also ZADD, PEXPIRE; a writer that
--- waited DEL). A writer's re-entry: EXISTS, HMGET, SET, HSET, PTTL, PEXPIRE. A reader's
--- re-entry: EXISTS, HMGET, TIME, ZRANGEBYSCORE, SET, HSET, ZADD, PTTL, PEXPIRE, PTTL, PEXPIRE
--- (a PEXPIRE only where the expiry moves out). A reader joining readers: that, with GET and
--- SET .. GET for the marker instead of SET.
+-- TIME, SET .. GET, HSET, PEXPIRE (a reader ZADD, PEXPIRE too; after a writer waited, HMGET,
+-- GET, DEL too). A writer's re-entry: HMGET, SET, HSET, PEXPIRE. A reader's re-entry: HMGET,
+-- TIME, ZRANGEBYSCORE, SET, HSET, ZADD, PEXPIRE, PEXPIRE (on Redis 7+; before 7.0 each
+-- PEXPIRE needs a PTTL first). A reader joining readers: EXISTS, and GET and SET .. GET for
+-- the marker's SET.
 
 local side, owner, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local field = side .. ':' .. owner
@@ -85,36 +85,52 @@ local function next_token(t)
   return token
 end
 
--- A key's expiry only ever moves out here: it covers everyone inside.
+-- A key's expiry only ever moves out here: it covers everyone inside. Redis 7+ (and Valkey,
+-- which reports 7.2.4) does it in one call; GT leaves a key without an expiry alone, so one that
+-- did not move is looked at again.
+local gt = (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x070000
 local function extend(key, ms)
+  if gt and redis.call('PEXPIRE', key, ms, 'GT') == 1 then
+    return
+  end
   if redis.call('PTTL', key) < ms then
     redis.call('PEXPIRE', key, ms)
   end
 end
 
--- One call answers "free, and this owner is not done" for both keys (they share a hash slot).
-local present = redis.call('EXISTS', KEYS[1], KEYS[6])
-local mode, count, writes = false, false, false
-if present > 0 then
-  local got = redis.pcall('HMGET', KEYS[1], 'mode', field, 'w:' .. owner)
+-- The hash's mode, this owner's holds of this side, and of the other side (a reader's own
+-- write hold makes its read a downgrade; a writer without reads of its own is alone inside).
+local mode, count, sibling = false, false, false
+local done = false -- a top-level request of an owner that is done (see below)
+local present -- what EXISTS counted (top-level requests)
+local function read_hash()
+  local other = (side == 'r' and 'w:' or 'r:') .. owner
+  local got = redis.pcall('HMGET', KEYS[1], 'mode', field, other)
   if got.err then
     return wrong('lock hash', KEYS[1], 'a non-hash value')
   end
-  mode, count, writes = got[1], got[2], got[3]
+  mode, count, sibling = got[1], got[2], got[3]
 end
--- Whether the hash was there (with a mode): then EXISTS counted it, and the latch if it said 2.
-local seen = mode
-
--- Whether this owner is done with this side: its top-level request arrived late.
-local function done()
-  if present == 2 then
-    return true
+if nested then
+  -- A re-entry, or a writer's read: its enclosing hold is (normally) there.
+  local bad = read_hash()
+  if bad then
+    return bad
   end
-  if present == 0 or seen then
-    return false
+else
+  -- One call for the lock hash, reader leases, writer-waiting marker and done latch (they share
+  -- a hash slot): EXISTS counts a key once per mention, so the latch, named four times, is
+  -- told apart from the other three. Usually it says 0: a free lock, nobody waiting, and
+  -- nothing of another type under any key this acquire writes.
+  present = redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[6], KEYS[6], KEYS[6], KEYS[6])
+  done = present >= 4
+  present = present % 4
+  if present > 0 then
+    local bad = read_hash()
+    if bad then
+      return bad
+    end
   end
-  -- EXISTS counted one key: the latch, or a hash without a mode (not dlock's).
-  return redis.call('EXISTS', KEYS[6]) == 1
 end
 
 local t, now
@@ -155,14 +171,16 @@ if mode and (side == 'r' or mode == 'read') then
 end
 
 if not mode then
-  if not nested and done() then
+  if not nested and done then
     -- This owner gave its last hold of the side back, or its undo found it holding nothing:
     -- this is a request of it that reached Redis late (it waited in a frozen connection while
     -- the client gave up and undid it over another). Granting it would leave the lock held by
     -- nobody until its lease ends.
     return {0, 1}
   end
-  if waiting == nil then
+  if waiting == nil and present == 0 then
+    waiting = false
+  elseif waiting == nil then
     waiting, err = marker()
     if err then
       return err
@@ -175,10 +193,14 @@ if not mode then
     -- ends at the latest (the writer's release, or its giving up, publishes before then).
     return {0, redis.call('PTTL', KEYS[3])}
   end
+  -- Unless EXISTS said otherwise, the reader leases may be there (leases that outlived the
+  -- hash by a moment, or another type), or a hash without a mode (not dlock's): a rare path.
+  local stale = false
   if not t then
-    -- The reader leases were not read: their type is checked here. Without a hash they hold
-    -- nothing live (the hash outlives every reader's deadline), so nothing is swept.
-    if type(redis.pcall('ZCARD', KEYS[2])) == 'table' then
+    stale = nested or present > (waiting and 1 or 0)
+    -- Without a hash they hold nothing live (the hash outlives every reader's deadline), so
+    -- nothing is swept; only their type is checked.
+    if stale and type(redis.pcall('ZCARD', KEYS[2])) == 'table' then
       return wrong('reader leases', KEYS[2], 'a non-zset value')
     end
     t = redis.call('TIME')
@@ -189,8 +211,8 @@ if not mode then
   if err then
     return err
   end
-  if present > 0 and not seen then
-    -- Not dlock's: a hash without a mode (or no hash, beside a done latch).
+  if stale then
+    -- A hash without a mode goes (if there is one).
     redis.call('DEL', KEYS[1])
   end
   if nested then
@@ -216,8 +238,13 @@ local function enter(n)
   if side == 'r' then
     redis.call('ZADD', KEYS[2], 'GT', now + lease, owner)
     extend(KEYS[2], lease)
+    extend(KEYS[1], lease)
+  elseif sibling then
+    extend(KEYS[1], lease)
+  else
+    -- A writer alone inside: the expiry is its lease's, as on a plain lock.
+    redis.call('PEXPIRE', KEYS[1], lease)
   end
-  extend(KEYS[1], lease)
 end
 
 if count then
@@ -241,7 +268,7 @@ if count then
 end
 
 if side == 'r' then
-  local downgrade = mode == 'write' and writes
+  local downgrade = mode == 'write' and sibling
   if mode == 'read' and waiting == nil then
     waiting, err = marker()
     if err then
@@ -252,7 +279,7 @@ if side == 'r' then
     local token
     if downgrade then
       token, err = last_token()
-    elseif not nested and done() then
+    elseif not nested and done then
       -- A late request of an owner that is done (see above) joins no readers either.
       return {0, 1}
     else
@@ -282,7 +309,7 @@ end
 
 -- A writer that cannot get in: the first one refused keeps new readers out until it is in.
 -- It must come back before its marker expires, so it waits at most half of it at a time.
-if not nested and done() then
+if not nested and done then
   -- A late request of an owner that is done (see above) stakes no claim: nobody would come
   -- back for it, and new readers would queue behind it until it expired.
   return {0, 1}

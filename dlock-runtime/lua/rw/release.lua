@@ -13,9 +13,9 @@
 -- types are checked by the reads each path needs anyway (a read of a key of another type
 -- fails, and pcall catches it), or by a path's first write, which then writes nothing.
 -- Cost: each redis.call is most of a script's server time. A writer's last hold: GET, HMGET,
--- HLEN, DEL, SET, SET, PUBLISH; a reader's: ZREM too (and PUBLISH only if it was the last
--- inside). A release of a re-entry: GET, HMGET, PTTL, PEXPIRE, SET, HSET (a reader's, TIME and
--- ZADD too).
+-- DEL, SET, SET, PUBLISH; a reader's: HLEN and ZREM too (and PUBLISH only if it was the last
+-- inside). A release of a writer's re-entry: GET, HMGET, PEXPIRE, SET, HSET; of a reader's:
+-- TIME, ZADD too, and its PEXPIRE a PTTL first before Redis 7.0.
 -- The latch's name ends in the request's random id, but a value of another type there is
 -- still refused rather than overwritten (GET, not MGET with the done latch). The done latch is
 -- only written here, never read: an owner's reads inside one write scope end and start again
@@ -41,11 +41,12 @@ if latch then
 elseif redis.call('EXISTS', KEYS[5]) == 0 then
   return -1
 end
-local got = redis.pcall('HMGET', KEYS[1], 'mode', field)
+-- A writer also asks for its own read hold: inside a write hold there is nobody else.
+local got = redis.pcall('HMGET', KEYS[1], 'mode', field, 'r:' .. owner)
 if got.err then
   return wrong('lock hash', KEYS[1], 'a non-hash value')
 end
-local mode, count = got[1], tonumber(got[2])
+local mode, count, reads = got[1], tonumber(got[2]), side == 'w' and got[3]
 local result = -1
 if count then
   result = count - 1
@@ -96,16 +97,31 @@ if result > 0 then
       return wrong('reader leases', KEYS[2], 'a non-zset value')
     end
   end
-  if lease > 0 and redis.call('PTTL', KEYS[1]) < lease then
+  if lease > 0 and side == 'w' and not reads then
+    -- A writer alone inside: the expiry is its lease's, as on a plain lock.
     redis.call('PEXPIRE', KEYS[1], lease)
+  elseif lease > 0 then
+    -- The expiry only moves out: it covers everyone inside. Redis 7+ (and Valkey, which
+    -- reports 7.2.4) does it in one call; GT leaves a key without an expiry alone, so one that
+    -- did not move is looked at again.
+    local gt = (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x070000
+    if not (gt and redis.call('PEXPIRE', KEYS[1], lease, 'GT') == 1) and redis.call('PTTL', KEYS[1]) < lease then
+      redis.call('PEXPIRE', KEYS[1], lease)
+    end
   end
   answer()
   redis.call('HSET', KEYS[1], field, result)
   return result
 end
 
--- The owner's last hold of this side. Who else is inside: the hash holds 'mode' and this field.
-local others = redis.call('HLEN', KEYS[1]) - 2
+-- The owner's last hold of this side. Who else is inside: besides 'mode' and this field, a
+-- writer's own reads, or (for a reader) anyone's.
+local others
+if side == 'w' then
+  others = reads and 1 or 0
+else
+  others = redis.call('HLEN', KEYS[1]) - 2
+end
 local longest
 if side == 'r' then
   -- The first write: refused (another type), it writes nothing.
