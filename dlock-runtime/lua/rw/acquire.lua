@@ -20,12 +20,16 @@
 -- Every check comes before the first write (Redis does not roll a failed script back). The
 -- types are checked by the reads each path needs anyway (a read of a key of another type
 -- fails, and pcall catches it), the fencing counter's by SET .. GET as it writes (see below).
--- Cost: each redis.call is most of a script's server time. A free lock, top-level: EXISTS,
--- TIME, SET .. GET, HSET, PEXPIRE (a reader ZADD, PEXPIRE too; after a writer waited, HMGET,
--- GET, DEL too). A writer's re-entry: HMGET, SET, HSET, PEXPIRE. A reader's re-entry: HMGET,
--- TIME, ZRANGEBYSCORE, SET, HSET, ZADD, PEXPIRE, PEXPIRE (on Redis 7+; before 7.0 each
--- PEXPIRE needs a PTTL first). A reader joining readers: EXISTS, and GET and SET .. GET for
--- the marker's SET.
+-- Cost: each redis.call is most of a script's server time. The usual paths:
+--   a free lock, top-level: EXISTS, TIME, SET .. GET, HSET, PEXPIRE (5); a reader also ZADD,
+--     PEXPIRE (7); a writer that waited for readers also HMGET, GET, DEL (8)
+--   a writer's re-entry: HMGET, SET, HSET, PEXPIRE (4)
+--   a reader's re-entry: HMGET, TIME, ZRANGEBYSCORE, SET, HSET, ZADD, PEXPIRE, PEXPIRE (8)
+--   a reader joining readers: EXISTS, HMGET, TIME, ZRANGEBYSCORE, GET, SET .. GET, HSET, ZADD,
+--     PEXPIRE, PEXPIRE (10)
+--   a writer refused by a writer: EXISTS, HMGET, GET, SET, PTTL (5; by readers, TIME and
+--     ZRANGEBYSCORE too)
+--   Before Redis 7.0 a PEXPIRE that must only move an expiry out needs a PTTL first.
 
 local side, owner, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local field = side .. ':' .. owner

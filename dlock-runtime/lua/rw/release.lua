@@ -12,10 +12,12 @@
 -- Every check comes before the first write (Redis does not roll a failed script back). The
 -- types are checked by the reads each path needs anyway (a read of a key of another type
 -- fails, and pcall catches it), or by a path's first write, which then writes nothing.
--- Cost: each redis.call is most of a script's server time. A writer's last hold: GET, HMGET,
--- DEL, SET, SET, PUBLISH; a reader's: HLEN and ZREM too (and PUBLISH only if it was the last
--- inside). A release of a writer's re-entry: GET, HMGET, PEXPIRE, SET, HSET; of a reader's:
--- TIME, ZADD too, and its PEXPIRE a PTTL first before Redis 7.0.
+-- Cost: each redis.call is most of a script's server time. The usual paths:
+--   a writer's last hold: GET, HMGET, DEL, SET, SET, PUBLISH (6)
+--   a reader's last hold: GET, HMGET, HLEN, ZREM, DEL, SET, SET, PUBLISH (8); with other
+--     readers left, HDEL for DEL and no PUBLISH (7)
+--   a writer's re-entry: GET, HMGET, PEXPIRE, SET, HSET (5); a reader's: TIME, ZADD too (7)
+--   Before Redis 7.0 a reader's PEXPIRE needs a PTTL first (its expiry only moves out).
 -- The latch's name ends in the request's random id, but a value of another type there is
 -- still refused rather than overwritten (GET, not MGET with the done latch). The done latch is
 -- only written here, never read: an owner's reads inside one write scope end and start again
