@@ -13,6 +13,7 @@ mod faults;
 mod functions;
 mod holder_view;
 mod late_acquire;
+mod late_acquire_rw;
 mod runtime;
 mod settings;
 mod subscriber;

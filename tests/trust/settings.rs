@@ -513,3 +513,169 @@ async fn the_watchdog_renews_at_a_third_of_the_lease() {
          the lease)"
     );
 }
+
+/// What a lock's keys hold, for "nothing was written" comparisons: each key's type and value.
+async fn snapshot(conn: &mut dlock::redis::aio::MultiplexedConnection, keys: &[String]) -> String {
+    let mut out = Vec::new();
+    for key in keys {
+        let kind = key_type(conn, key).await;
+        let value: dlock::redis::Value = match kind.as_str() {
+            "hash" => {
+                dlock::redis::cmd("HGETALL")
+                    .arg(key)
+                    .query_async(conn)
+                    .await
+            }
+            "zset" => {
+                dlock::redis::cmd("ZRANGE")
+                    .arg(key)
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES")
+                    .query_async(conn)
+                    .await
+            }
+            "list" => {
+                dlock::redis::cmd("LRANGE")
+                    .arg(key)
+                    .arg(0)
+                    .arg(-1)
+                    .query_async(conn)
+                    .await
+            }
+            "string" => dlock::redis::cmd("GET").arg(key).query_async(conn).await,
+            _ => Ok(dlock::redis::Value::Nil),
+        }
+        .expect("read a key");
+        out.push(format!("{key}: {kind} {value:?}"));
+    }
+    out.join("\n")
+}
+
+/// Item 10 for the read-write lock, whose acquire checks types by the reads (or the fencing
+/// counter's SET .. GET) each path needs rather than by TYPE calls: a lock hash, reader leases,
+/// writer-waiting marker or fencing counter of the wrong type is named with its role, on both
+/// sides, on a free lock and beside a reader inside, and the refused acquire writes nothing
+/// (every key of the lock as it was). Beside a reader, only keys the asking path reads are
+/// checked: a writer refused there never reads the fencing counter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rw_acquire_over_a_wrong_typed_key_names_it_and_writes_nothing() {
+    let server = common::server();
+    let client = common::client(&server).await;
+    let other = common::client(&server).await;
+    let mut conn = common::raw(&server.url()).await;
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for beside in [false, true] {
+        for (part, role, foreign) in [
+            ("", "lock hash", &["RPUSH", "x"][..]),
+            (":readers", "reader leases", &["RPUSH", "x"][..]),
+            (":wwait", "writer-waiting marker", &["RPUSH", "x"][..]),
+            (":fence", "fencing counter", &["RPUSH", "x"][..]),
+            (":fence", "fencing counter", &["SET", "notanumber"][..]),
+        ] {
+            for side in ["read", "write"] {
+                if beside && (part.is_empty() || (part == ":fence" && side == "write")) {
+                    continue;
+                }
+                let name = format!(
+                    "trust:errors:rw:{side}{part}:{}:{}",
+                    foreign[0],
+                    if beside { "beside" } else { "free" }
+                );
+                let rw = client.read_write_lock(&name);
+                let base = rw.write().key().to_owned();
+                let key = format!("{base}{part}");
+                let _reader = if beside {
+                    let r = other.read_write_lock(&name).read();
+                    Some(r.acquire().await.expect("the reader beside"))
+                } else {
+                    None
+                };
+                // The reader beside made the leases and the counter: replaced.
+                raw_set(&mut conn, &["DEL", &key]).await;
+                raw_set(&mut conn, &[foreign[0], &key, foreign[1]]).await;
+                let all: Vec<String> = ["", ":readers", ":wwait", ":fence"]
+                    .iter()
+                    .map(|p| format!("{base}{p}"))
+                    .collect();
+                let before = snapshot(&mut conn, &all).await;
+                let lock = if side == "read" {
+                    rw.read()
+                } else {
+                    rw.write()
+                };
+                let result = lock.wait(Duration::ZERO).acquire().await;
+                let case = format!("{name} ({} at {key})", foreign[0]);
+                print!("({case}) ");
+                match result {
+                    Err(e) => {
+                        if let Some(problem) = wrong_type_problem(&e, &key, role) {
+                            problems.push(format!("{case}: {problem}"));
+                        }
+                    }
+                    Ok(_) => problems.push(format!("{case}: acquired")),
+                }
+                let after = snapshot(&mut conn, &all).await;
+                if after != before {
+                    problems.push(format!(
+                        "{case}: the refused acquire wrote:\n{before}\n->\n{after}"
+                    ));
+                }
+                checked += 1;
+            }
+        }
+    }
+    println!("{checked} cases");
+    assert_eq!(checked, 16, "cases run");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Item 10 for the read-write lock's release: a lock hash (either side) or reader leases (the
+/// read side) of the wrong type under a held lock is named with its role, and the release
+/// writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rw_release_over_a_wrong_typed_key_names_it_and_changes_nothing() {
+    let server = common::server();
+    let client = common::client(&server).await;
+    let mut conn = common::raw(&server.url()).await;
+    let mut problems = Vec::new();
+    for (side, part, role) in [
+        ("read", "", "lock hash"),
+        ("write", "", "lock hash"),
+        ("read", ":readers", "reader leases"),
+    ] {
+        let name = format!("trust:errors:rw-release:{side}{part}");
+        let rw = client.read_write_lock(&name);
+        let lock = if side == "read" {
+            rw.read()
+        } else {
+            rw.write()
+        };
+        let base = lock.key().to_owned();
+        let key = format!("{base}{part}");
+        let guard = lock.acquire().await.expect("acquire");
+        raw_set(&mut conn, &["DEL", &key]).await;
+        raw_set(&mut conn, &["RPUSH", &key, "x"]).await;
+        let all: Vec<String> = ["", ":readers", ":wwait"]
+            .iter()
+            .map(|p| format!("{base}{p}"))
+            .collect();
+        let before = snapshot(&mut conn, &all).await;
+        let e = guard
+            .release()
+            .await
+            .expect_err("release over a wrong-typed key");
+        print!("({side} {part}) ");
+        if let Some(problem) = wrong_type_problem(&e, &key, role) {
+            problems.push(format!("{side} {part}: {problem}"));
+        }
+        let after = snapshot(&mut conn, &all).await;
+        if after != before {
+            problems.push(format!(
+                "{side} {part}: the refused release wrote:\n{before}\n->\n{after}"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

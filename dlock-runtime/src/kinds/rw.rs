@@ -145,6 +145,7 @@ fn acquire(side: &str, hold: &Claim, reentry: Option<&str>, latch_ttl: Duration)
         .key(writer_waiting(&hold.keys))
         .key(&hold.keys.counter)
         .key(marker)
+        .key(done_latch(side, hold))
         .arg(side)
         .arg(&hold.owner)
         .arg(millis(hold.lease))
@@ -154,6 +155,17 @@ fn acquire(side: &str, hold: &Claim, reentry: Option<&str>, latch_ttl: Duration)
         .arg(flag(hold.hard))
         .arg(millis(WRITER_INTENT));
     call
+}
+
+/// The latch of an owner that is done with one side (a release left it no hold of that side,
+/// or found none): the release writes it beside its own latch, and a top-level acquire of that
+/// owner and side that reaches Redis late (it waited in a frozen connection while the client
+/// undid it over another) is refused. A top-level hold's owner id is fresh, so it is never
+/// legitimately granted again once done; the reads a writer takes inside its scope share its
+/// owner id and may end and start again, but they are nested requests, which the latch does
+/// not refuse. Per side: a writer's own reads ending says nothing about its write hold.
+fn done_latch(side: &str, hold: &Claim) -> String {
+    format!("{}done:{side}:{}", hold.keys.latch_prefix, hold.owner)
 }
 
 fn decode((count, x): (i64, i64)) -> Attempt {
@@ -176,6 +188,7 @@ fn release(
         .key(writer_waiting(&hold.keys))
         .key(&hold.keys.channel)
         .key(guard)
+        .key(done_latch(side, hold))
         .arg(side)
         .arg(&hold.owner)
         // A hard lease ends when it ends: a partial release must not stretch it.
