@@ -585,7 +585,11 @@ async fn a_rw_acquire_over_a_wrong_typed_key_names_it_and_writes_nothing() {
                 );
                 let rw = client.read_write_lock(&name);
                 let base = rw.write().key().to_owned();
-                let key = format!("{base}{part}");
+                let key = if part == ":fence" {
+                    counter_of(Kind::ReadWrite, &name)
+                } else {
+                    format!("{base}{part}")
+                };
                 let _reader = if beside {
                     let r = other.read_write_lock(&name).read();
                     Some(r.acquire().await.expect("the reader beside"))
@@ -595,10 +599,11 @@ async fn a_rw_acquire_over_a_wrong_typed_key_names_it_and_writes_nothing() {
                 // The reader beside made the leases and the counter: replaced.
                 raw_set(&mut conn, &["DEL", &key]).await;
                 raw_set(&mut conn, &[foreign[0], &key, foreign[1]]).await;
-                let all: Vec<String> = ["", ":readers", ":wwait", ":fence"]
+                let mut all: Vec<String> = ["", ":readers", ":wwait"]
                     .iter()
                     .map(|p| format!("{base}{p}"))
                     .collect();
+                all.push(counter_of(Kind::ReadWrite, &name));
                 let before = snapshot(&mut conn, &all).await;
                 let lock = if side == "read" {
                     rw.read()

@@ -4,7 +4,8 @@
 -- KEYS[2] reader leases: zset owner -> deadline (server ms); each reader expires on its own
 -- KEYS[3] writer-waiting marker: the owner of the first writer refused; new readers queue
 --   behind it until it gets in or the marker expires
--- KEYS[4] fencing counter, KEYS[5] re-entry marker, KEYS[6] the owner's "done" latch for this
+-- KEYS[4] the fencing counter of the lock's cluster slot (shared by every lock in that slot),
+-- KEYS[5] re-entry marker, KEYS[6] the owner's "done" latch for this
 --   side (release.lua writes it when it leaves the owner no hold of the side, or finds none)
 -- ARGV[1] side 'r' | 'w', ARGV[2] owner id, ARGV[3] lease ms, ARGV[4] '1' for a re-entry of an
 -- enclosing hold or a writer's own read (a downgrade; one more hold if it already reads):
@@ -13,8 +14,9 @@
 -- ARGV[7] '1' to leave leases alone on a re-entry of the same hold (a hard lease; a writer's
 -- read is a hold of its own and sends '0'), ARGV[8] writer-waiting
 -- marker lifetime ms
--- Returns {holds, token} when ARGV[2] holds the side afterwards (token 0 for a re-entry, the
--- writer's for its own read, a new one for a reader joining others), {0, ms to wait} otherwise
+-- Returns {holds, token} when ARGV[2] holds the side afterwards (token 0 for a re-entry and for
+-- a writer's own read: the client keeps the enclosing hold's; a new one for a reader joining
+-- others), {0, ms to wait} otherwise
 -- ({0, 1} for a top-level request of an owner that is done: it reached Redis late, after the
 -- client gave up and undid it).
 -- Every check comes before the first write (Redis does not roll a failed script back). The
@@ -282,7 +284,9 @@ if side == 'r' then
   if downgrade or (mode == 'read' and not waiting) then
     local token
     if downgrade then
-      token, err = last_token()
+      -- The writer's own read: token 0, and the client keeps the writer's. The counter is
+      -- shared by the locks of the cluster slot, so its value now may be a later lock's.
+      token = 0
     elseif not nested and done then
       -- A late request of an owner that is done (see above) joins no readers either.
       return {0, 1}
