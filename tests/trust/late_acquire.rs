@@ -132,24 +132,41 @@ impl Held {
 /// lands afterwards keep the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_landing_after_its_undo_on_another_connection_leaves_the_lock_free() {
-    late_acquire_leaves_it_free(Kind::Plain).await;
+    late_acquire_leaves_it_free(Kind::Plain, false).await;
 }
 
 /// The same for a fair lock: the late acquire finds the lock free and nobody queued, and
 /// would take it (or, were the lock held, queue a waiter nobody is).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_acquire_landing_after_its_undo_on_another_connection_leaves_the_lock_free() {
-    late_acquire_leaves_it_free(Kind::Fair).await;
+    late_acquire_leaves_it_free(Kind::Fair, false).await;
+}
+
+/// The same for a fair lock held by another client meanwhile: the late acquire must not queue
+/// its owner, or the holder's release would grant the lock to it, held by nobody until the
+/// grant lapses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_acquire_landing_after_its_undo_while_the_lock_is_held_does_not_queue() {
+    late_acquire_leaves_it_free(Kind::Fair, true).await;
 }
 
 /// The same for a semaphore of one permit: the late acquire must not take the permit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_semaphore_acquire_landing_after_its_undo_on_another_connection_leaves_the_permit_free() {
-    late_acquire_leaves_it_free(Kind::Semaphore).await;
+    late_acquire_leaves_it_free(Kind::Semaphore, false).await;
 }
 
-async fn late_acquire_leaves_it_free(kind: Kind) {
+/// `held`: another client holds it while the frozen acquire is tried, undone and lands, and
+/// gives it back afterwards.
+async fn late_acquire_leaves_it_free(kind: Kind, held: bool) {
     let server = common::server();
+    let b = common::client(&server).await;
+    let holder = if held {
+        let h = kind.acquire_once(&b).await.expect("hold first");
+        Some(h.expect("nobody holds it yet"))
+    } else {
+        None
+    };
     let proxy = Proxy::start(server.port());
     let a = LockClient::builder(proxy.url())
         .response_timeout(Duration::from_millis(500))
@@ -191,7 +208,17 @@ async fn late_acquire_leaves_it_free(kind: Kind) {
     })
     .await;
 
-    let b = common::client(&server).await;
+    let queued: Vec<String> = dlock::redis::cmd("ZRANGE")
+        .arg(format!("{key}:queue"))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut raw)
+        .await
+        .expect("ZRANGE");
+    if let Some(holder) = holder {
+        println!("{kind:?}: queued when the holder gives it back: {queued:?}");
+        holder.release().await;
+    }
     let got = kind.acquire_once(&b).await.expect("try");
     let holders = kind.holders(&mut raw).await;
     let pttl: i64 = dlock::redis::cmd("PTTL")
@@ -206,7 +233,7 @@ async fn late_acquire_leaves_it_free(kind: Kind) {
     let got = got.unwrap_or_else(|| {
         panic!(
             "{kind:?}: a late acquire of an owner that gave up holds it: {key} = {holders:?}, \
-             PTTL {pttl} ms"
+             PTTL {pttl} ms (queued before: {queued:?})"
         )
     });
     got.release().await;
