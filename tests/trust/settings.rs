@@ -426,6 +426,107 @@ async fn a_fair_release_over_a_wrong_typed_key_names_it_and_changes_nothing() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+/// Item 10 for the semaphore's acquire, whose keys are type-checked by the reads it needs:
+/// holders or a permit count of the wrong type (or a count that is not a number) is named, and
+/// the refused acquire writes nothing: the other key is not created, the foreign value stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_acquire_over_a_wrong_typed_key_names_it_and_writes_nothing() {
+    let server = common::server();
+    let client = common::client(&server).await;
+    let mut conn = common::raw(&server.url()).await;
+    let mut problems = Vec::new();
+    for (case, part, setup, role, kind) in [
+        (
+            "holders a list",
+            "",
+            &["RPUSH", "", "x"][..],
+            "semaphore holders",
+            "list",
+        ),
+        (
+            "count a list",
+            ":permits",
+            &["RPUSH", "", "x"][..],
+            "semaphore permit count",
+            "list",
+        ),
+        (
+            "count not a number",
+            ":permits",
+            &["SET", "", "notanumber"][..],
+            "semaphore permit count",
+            "string",
+        ),
+    ] {
+        let semaphore = client
+            .semaphore(format!("trust:errors:semaphore-acquire:{case}"), 2)
+            .wait(Duration::ZERO);
+        let holders = format!("dlock:{{{}}}:sem", semaphore.name());
+        let key = format!("{holders}{part}");
+        let other = if part.is_empty() {
+            format!("{holders}:permits")
+        } else {
+            holders.clone()
+        };
+        let mut args = setup.to_vec();
+        args[1] = &key;
+        raw_set(&mut conn, &args).await;
+        let e = semaphore
+            .acquire()
+            .await
+            .expect_err("acquire over a wrong-typed key");
+        print!("({case}) ");
+        if let Some(problem) = wrong_type_problem(&e, &key, role) {
+            problems.push(format!("{case}: {problem}"));
+        }
+        let exists: i64 = dlock::redis::cmd("EXISTS")
+            .arg(&other)
+            .query_async(&mut conn)
+            .await
+            .expect("EXISTS");
+        if exists != 0 {
+            problems.push(format!("{case}: the refused acquire wrote {other}"));
+        }
+        let now = key_type(&mut conn, &key).await;
+        if now != kind {
+            problems.push(format!(
+                "{case}: the foreign {kind} at {key} is now a {now}"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Item 10 for the semaphore's release: holders of the wrong type are named, and the release
+/// writes nothing (no latch of its answer: a retry would find the same error, not a result).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_release_over_wrong_typed_holders_names_them_and_writes_nothing() {
+    let server = common::server();
+    let client = common::client(&server).await;
+    let mut conn = common::raw(&server.url()).await;
+    let semaphore = client.semaphore("trust:errors:semaphore-release", 1);
+    let permit = semaphore.acquire().await.expect("acquire");
+    let holders = format!("dlock:{{{}}}:sem", semaphore.name());
+    raw_set(&mut conn, &["DEL", &holders]).await;
+    raw_set(&mut conn, &["RPUSH", &holders, "x"]).await;
+    let e = permit
+        .release()
+        .await
+        .expect_err("release over wrong-typed holders");
+    check_wrong_type(&e, &holders, "semaphore holders");
+    let latches: Vec<String> = dlock::redis::cmd("KEYS")
+        .arg(format!("{holders}:latch:*"))
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS");
+    assert!(latches.is_empty(), "the refused release wrote {latches:?}");
+    assert_eq!(
+        key_type(&mut conn, &holders).await,
+        "list",
+        "the foreign list"
+    );
+}
+
 /// Item 10: a string where a stock segment should be names that segment's key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_typed_stock_segment_is_named_in_the_error() {

@@ -75,6 +75,7 @@ impl LockKind for Fair {
             .key(keep_alive(&hold.keys))
             .key(&hold.keys.counter)
             .key(marker)
+            .key(done_latch(hold))
             .arg(millis(hold.lease))
             .arg(&hold.owner)
             .arg(millis(latch_ttl))
@@ -96,6 +97,7 @@ impl LockKind for Fair {
             .key(&hold.keys.counter)
             .key(&hold.keys.channel)
             .key(latch)
+            .key(done_latch(hold))
             .arg(&hold.owner)
             .arg(if hold.hard { 0 } else { millis(hold.lease) })
             .arg(millis(latch_ttl))
@@ -129,6 +131,17 @@ impl LockKind for Fair {
     fn force_unlock(&self, keys: &LockKeys) -> Call<'static> {
         Plain.force_unlock(keys)
     }
+}
+
+/// The latch of an owner that is done (its last release ran, or its release found it holding
+/// nothing: an acquire that ended without the lock took its place in the queue back): the
+/// release keeps its answer there, and an acquire of that owner that reaches Redis late (it
+/// waited in a frozen connection while the client undid it over another) is neither granted
+/// nor queued. Owner ids are fresh for every hold (an acquire keeps one owner across its
+/// attempts, and releases it only when it ends), so an owner is never legitimately granted
+/// again once done. The plain lock's done latch has the same form (`kinds/plain.rs`).
+fn done_latch(hold: &Claim) -> String {
+    format!("{}done:{}", hold.keys.latch_prefix, hold.owner)
 }
 
 fn queue(keys: &LockKeys) -> String {

@@ -52,6 +52,15 @@ pub(crate) fn stored_permits(e: &redis::RedisError) -> Option<u32> {
     e.detail()?.strip_prefix(MISMATCH)?.trim().parse().ok()
 }
 
+/// The latch of a permit's owner once it is done (its release ran, or its undo found no
+/// permit): the release keeps its answer there, and an acquire of that owner that reaches
+/// Redis late (it waited in a frozen connection while the client undid it over another) is
+/// refused. Owner ids are fresh for every permit, so an owner is never legitimately granted
+/// again once done. The plain lock's done latch has the same form (`kinds/plain.rs`).
+fn done_latch(hold: &Claim) -> String {
+    format!("{}done:{}", hold.keys.latch_prefix, hold.owner)
+}
+
 /// The key of the permit count: beside the holders, in the same hash tag.
 fn permits_key(keys: &LockKeys) -> String {
     format!("{}:permits", keys.key)
@@ -87,6 +96,7 @@ impl LockKind for Semaphore {
     fn acquire(&self, hold: &Claim, _reentry: Option<&str>, _latch_ttl: Duration) -> Call<'static> {
         let mut call = ACQUIRE.key(&hold.keys.key);
         call.key(permits_key(&hold.keys))
+            .key(done_latch(hold))
             .arg(millis(hold.lease))
             .arg(&hold.owner)
             .arg(self.permits);
@@ -103,18 +113,21 @@ impl LockKind for Semaphore {
         }
     }
 
-    fn release(&self, hold: &Claim, latch: &str, latch_ttl: Duration) -> Call<'static> {
+    /// Latched per owner rather than per request (`_latch` is unused): a permit is its own
+    /// owner id and is given back once, and the owner's latch also refuses an acquire of that
+    /// owner that reaches Redis after it (see [`done_latch`]).
+    fn release(&self, hold: &Claim, _latch: &str, latch_ttl: Duration) -> Call<'static> {
         let mut call = RELEASE.key(&hold.keys.key);
         call.key(permits_key(&hold.keys))
             .key(&hold.keys.channel)
-            .key(latch)
+            .key(done_latch(hold))
             .arg(&hold.owner)
             .arg(millis(latch_ttl));
         call
     }
 
     /// Never called: [`Semaphore::nested`] never re-enters. Should it be, giving the permit
-    /// back (latched by the marker) is the safe undo.
+    /// back (latched by its owner) is the safe undo.
     fn undo_reentry(&self, hold: &Claim, marker: &str) -> Call<'static> {
         self.release(hold, marker, hold.lease)
     }
