@@ -227,14 +227,20 @@ async fn one(s: &mut Setup, path: &str, i: usize) -> Duration {
             waiter.await.expect("waiter").saturating_duration_since(t)
         }
         "plain floor" => {
-            let (held, _): (i64, i64) = acquire_call(&s.acquire, "holder")
+            // Fresh owners every sample, as dlock's are: an owner whose last release ran is
+            // done, and the acquire script refuses it.
+            static SAMPLE: AtomicUsize = AtomicUsize::new(0);
+            let n = SAMPLE.fetch_add(1, Ordering::Relaxed);
+            let (holder, next) = (format!("holder:{n}"), format!("next:{n}"));
+            let (held, _): (i64, i64) = acquire_call(&s.acquire, &holder)
                 .invoke_async(&mut s.conn)
                 .await
                 .expect("acquire.lua");
             assert_eq!(held, 1, "the scratch key was free");
             let (acquire, mut conn) = (s.acquire.clone(), s.waiter_conn.clone());
+            let next_owner = next.clone();
             let waiter = raw_waiter(&s.wake, async move {
-                let (got, _): (i64, i64) = acquire_call(&acquire, "next")
+                let (got, _): (i64, i64) = acquire_call(&acquire, &next_owner)
                     .invoke_async(&mut conn)
                     .await
                     .expect("the waiter's acquire.lua");
@@ -242,12 +248,12 @@ async fn one(s: &mut Setup, path: &str, i: usize) -> Duration {
             });
             tokio::time::sleep(PARK).await;
             let t = Instant::now();
-            let _: redis::Value = release_call(&s.release, "holder")
+            let _: redis::Value = release_call(&s.release, &holder)
                 .invoke_async(&mut s.conn)
                 .await
                 .expect("release.lua");
             let took = waiter.await.expect("waiter").saturating_duration_since(t);
-            let _: redis::Value = release_call(&s.release, "next")
+            let _: redis::Value = release_call(&s.release, &next)
                 .invoke_async(&mut s.conn)
                 .await
                 .expect("release.lua");
