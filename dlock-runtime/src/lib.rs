@@ -316,6 +316,52 @@
 //! more than a PING (its Redis time and larger messages), and the cycle's 2.5-2.8 RTT is those
 //! two calls.
 //!
+//! ## Redis server time
+//!
+//! Every acquire and release is a script the Redis core runs alone, so script time sets how
+//! many locks one server can serve. `cargo run --release --example server_cost` measures it
+//! per kind through the real API (`INFO commandstats`, 20,000 calls a stretch, fresh keys;
+//! `-- --cluster` on a local 3-master cluster); `perf/script_cost.sh` compares one script's
+//! old and new text pipelined. Redis 7.0 on a 2-core VM, two runs of 3 rounds each, the build
+//! before these cuts (461efc9) and after them interleaved; cycle = acquire + release, µs:
+//!
+//! | kind | before | after | what the extra time buys |
+//! |---|---|---|---|
+//! | plain | 17.9-19.4 | 16.1-16.9 | a fencing token that never goes back (the server clock read, the counter written), the release latch, the late-acquire refusal |
+//! | read-write, read / write | 29.3-32.5 / 26.8-35.3 | 23.2-25.6 / 21.3-24.0 | reader leases each with its own deadline, the waiting writer's claim |
+//! | fair | 26.4-30.8 | 18.9-20.7 | the queue (skipped when nobody waits) |
+//! | semaphore, 1 permit | 18.9-19.0 | 15.5-16.4 | a deadline per permit |
+//! | multi-lock of 2 | 32.3-34.5 | 28.7-30.8 | two plain locks |
+//! | Redisson RLock kind | 13.3-14.2 | 13.6-17.9 | (Java's layout; within the noise) |
+//! | Redisson's own RLock scripts | 9.1-9.7 | 9.2 | no token |
+//! | Redisson's own RFencedLock scripts | | 10.6-10.9 | a token from a counter that never expires and goes back with the data |
+//! | rslock (SET NX PX, compare-and-delete) | 3.0-3.1 | 2.7 | no re-entry, no token, no latch |
+//!
+//! The cuts: no `TYPE` calls (a key's type is checked by the read its path makes anyway), one
+//! `EXISTS` over every key that decides the usual path, the counter read and written by one
+//! `SET .. GET`, and the fencing counter kept per cluster slot instead of per lock name (a
+//! first acquire of a name no longer creates a key). The plain acquire makes 5 Redis calls on a
+//! free key where Redisson's RLock makes 3 and its RFencedLock 4; pipelined with nothing else
+//! running (`perf/script_cost.sh`), the plain acquire takes 6.0 µs against 3.9 µs for
+//! RFencedLock's: the clock read (~0.6 µs), a counter write with an expiry, and more keys and
+//! arguments. That clock read is what keeps tokens rising after a restore or a failover that
+//! lost the counter's last writes, which RFencedLock's tokens do not survive.
+//!
+//! One core's ceiling (pipelined scripts from 4 connections, 3 s): dlock plain 62-73k cycles/s,
+//! Redisson's own RLock scripts 110k, rslock's commands 333-377k; through the API with 128 tasks
+//! on one client 37-42k (the client shares the 2 cores). On 3 masters with the client on the
+//! same 2 cores: plain 57k on one master, 82k on all three (1.43x; Redisson's 1.70x, rslock's
+//! 1.43x), capped by the machine, not by Redis.
+//!
+//! What the cuts do not move is the caller's time: in `peers` (old and new builds interleaved,
+//! two runs each) the uncontended cycle stayed 2.96-3.04 RTT (rslock 2.16-2.24: 1.33-1.37x),
+//! the attribute's call 1.66-1.91 (below every peer), the cross-client handoff 2.85-3.35
+//! idle-PING RTT and the fair grant 2.22-2.46. A few µs of script time is lost in a round
+//! trip of 50-90 µs and a thread wake-up on each side. `handoff_floor` puts the handoffs beside
+//! their floors, the same round trips with nothing of dlock in them: plain 2.07-2.19 idle-PING
+//! RTT against 1.93-2.06 for dlock's two scripts sent raw, fair 1.71-1.89 against 1.49-1.62
+//! for a grant-sized script and a PING.
+//!
 //! # Operating
 //!
 //! * **Exit**: call [`LockClient::shutdown`] (or [`shutdown`] for the installed client) after
