@@ -71,7 +71,11 @@ local function take_token(fence_ms)
   local _, now_us = server_time()
   local last = redis.pcall('SET', KEYS[4], now_us, 'PX', fence_ms, 'GET')
   if type(last) == 'table' then
-    return nil, redis.error_reply('WRONGTYPE fencing counter `' .. KEYS[4] .. '` holds a non-string value')
+    if string.find(last.err, 'WRONGTYPE', 1, true) then
+      return nil, redis.error_reply('WRONGTYPE fencing counter `' .. KEYS[4] .. '` holds a non-string value')
+    end
+    -- Refused for another reason (OOM on a full Redis before 7.0): nothing was written.
+    return nil, redis.error_reply(last.err)
   end
   if not last then
     return now_us

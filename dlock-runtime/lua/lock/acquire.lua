@@ -28,7 +28,11 @@ if redis.call('EXISTS', KEYS[1], KEYS[4]) == 0 then
   -- string.format is needed.
   local last = redis.pcall('SET', KEYS[2], clock, 'PX', ARGV[5], 'GET')
   if type(last) == 'table' then
-    return redis.error_reply('WRONGTYPE fencing counter `' .. KEYS[2] .. '` holds a non-string value')
+    if string.find(last.err, 'WRONGTYPE', 1, true) then
+      return redis.error_reply('WRONGTYPE fencing counter `' .. KEYS[2] .. '` holds a non-string value')
+    end
+    -- Refused for another reason (OOM on a full Redis before 7.0): nothing was written.
+    return redis.error_reply(last.err)
   end
   local token = clock
   if last then

@@ -54,7 +54,11 @@ end
 local function last_token()
   local last = redis.pcall('GET', KEYS[4])
   if type(last) == 'table' then
-    return nil, wrong('fencing counter', KEYS[4], 'a non-string value')
+    if string.find(last.err, 'WRONGTYPE', 1, true) then
+      return nil, wrong('fencing counter', KEYS[4], 'a non-string value')
+    end
+    -- Refused for another reason (OOM on a full Redis before 7.0): nothing was written.
+    return nil, redis.error_reply(last.err)
   end
   local n = tonumber(last or '0')
   if not n then
@@ -74,7 +78,11 @@ local function next_token(t)
   -- digits (exact below 2^53; a µs clock is near 2^51).
   local last = redis.pcall('SET', KEYS[4], token, 'PX', ARGV[6], 'GET')
   if type(last) == 'table' then
-    return nil, wrong('fencing counter', KEYS[4], 'a non-string value')
+    if string.find(last.err, 'WRONGTYPE', 1, true) then
+      return nil, wrong('fencing counter', KEYS[4], 'a non-string value')
+    end
+    -- Refused for another reason (OOM on a full Redis before 7.0): nothing was written.
+    return nil, redis.error_reply(last.err)
   end
   if last then
     local n = tonumber(last)

@@ -31,6 +31,15 @@ local function wrong(role, key, what)
   return redis.error_reply('WRONGTYPE ' .. role .. ' `' .. key .. '` holds ' .. what)
 end
 
+-- The reply for a write refused by pcall: a wrong type names the key; any other refusal (OOM
+-- on a full Redis before 7.0) is passed on as it is. Either way nothing was written.
+local function refused(e, role, key, what)
+  if string.find(e.err, 'WRONGTYPE', 1, true) then
+    return wrong(role, key, what)
+  end
+  return redis.error_reply(e.err)
+end
+
 if latch then
   local answered = redis.pcall('GET', KEYS[5])
   if type(answered) == 'table' then
@@ -95,8 +104,9 @@ if result > 0 then
     -- refused (another type), it writes nothing.
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    if type(redis.pcall('ZADD', KEYS[2], 'GT', now + lease, owner)) == 'table' then
-      return wrong('reader leases', KEYS[2], 'a non-zset value')
+    local moved = redis.pcall('ZADD', KEYS[2], 'GT', now + lease, owner)
+    if type(moved) == 'table' then
+      return refused(moved, 'reader leases', KEYS[2], 'a non-zset value')
     end
   end
   if lease > 0 and side == 'w' and not reads then
@@ -127,8 +137,9 @@ end
 local longest
 if side == 'r' then
   -- The first write: refused (another type), it writes nothing.
-  if type(redis.pcall('ZREM', KEYS[2], owner)) == 'table' then
-    return wrong('reader leases', KEYS[2], 'a non-zset value')
+  local removed = redis.pcall('ZREM', KEYS[2], owner)
+  if type(removed) == 'table' then
+    return refused(removed, 'reader leases', KEYS[2], 'a non-zset value')
   end
 elseif others > 0 and mode == 'write' then
   longest = redis.pcall('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
