@@ -11,11 +11,11 @@ use dlock::redis::aio::MultiplexedConnection;
 use dlock::LockClient;
 
 /// Bound on what happens at once on loopback once nothing is frozen.
-const PROMPT: Duration = Duration::from_secs(10);
+pub(crate) const PROMPT: Duration = Duration::from_secs(10);
 
 /// Script runs Redis has finished (FCALL, or EVALSHA / EVAL where FUNCTION is unavailable):
 /// commandstats counts a command once it has run.
-async fn script_runs(raw: &mut MultiplexedConnection) -> u64 {
+pub(crate) async fn script_runs(raw: &mut MultiplexedConnection) -> u64 {
     let info: String = dlock::redis::cmd("INFO")
         .arg("commandstats")
         .query_async(raw)

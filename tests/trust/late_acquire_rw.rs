@@ -5,39 +5,13 @@
 //! lock or beside other readers), and not a writer's claim that keeps new readers out.
 
 use crate::common;
+use crate::late_acquire::{script_runs, PROMPT};
 
 use std::time::Duration;
 
 use common::proxy::Proxy;
 use dlock::redis::aio::MultiplexedConnection;
 use dlock::{Lock, LockClient};
-
-/// Bound on what happens at once on loopback once nothing is frozen.
-const PROMPT: Duration = Duration::from_secs(10);
-
-/// Script runs Redis has finished (FCALL, or EVALSHA / EVAL where FUNCTION is unavailable).
-async fn script_runs(raw: &mut MultiplexedConnection) -> u64 {
-    let info: String = dlock::redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(raw)
-        .await
-        .expect("INFO commandstats");
-    info.lines()
-        .filter(|l| {
-            ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"]
-                .iter()
-                .any(|p| l.starts_with(p))
-        })
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
 
 async fn keys(raw: &mut MultiplexedConnection, pattern: &str) -> Vec<String> {
     dlock::redis::cmd("KEYS")
