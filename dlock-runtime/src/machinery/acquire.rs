@@ -67,8 +67,7 @@ impl Acquire<'_> {
             .unwrap_or_else(|| Arc::from(telemetry::OTHER));
         self.shared
             .new_hold(
-                self.name.to_owned(),
-                self.label.map(|l| &**l),
+                (self.name.to_owned(), self.label.map(|l| &**l)),
                 self.keys.clone(),
                 lease,
                 self.hard,
@@ -105,10 +104,7 @@ impl Acquire<'_> {
         }
         let started = Instant::now();
         let deadline = far_instant(started, wait);
-        let timeout = || LockError::Timeout {
-            name: self.name.to_owned(),
-            waited: started.elapsed(),
-        };
+        let timeout = || LockError::timeout(self.name, started.elapsed(), self.kind.busy());
         // A watchdog-renewed hold of a kind that allows it can be handed over by the previous
         // local holder instead of taken in Redis.
         // Not to a synced acquire: the hold it would get may never have been confirmed by
@@ -163,10 +159,7 @@ impl Acquire<'_> {
         give_up: &mut GiveUp,
     ) -> Result<Arc<Hold>, LockError> {
         let inner = &self.shared;
-        let timeout = || LockError::Timeout {
-            name: self.name.to_owned(),
-            waited: started.elapsed(),
-        };
+        let timeout = || LockError::timeout(self.name, started.elapsed(), self.kind.busy());
         let hard = self.hard;
         let new_hold = || {
             let hold = Arc::new(self.fresh_hold(lease));

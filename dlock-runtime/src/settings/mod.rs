@@ -3,6 +3,7 @@
 
 pub(crate) mod holder;
 mod redact;
+mod url_scheme;
 
 use std::time::Duration;
 
@@ -195,6 +196,9 @@ impl Settings {
     /// Refuses settings no client can work with, naming the setting.
     pub(crate) fn validate(&self) -> Result<(), LockError> {
         let bad = |reason: String| Err(LockError::invalid("", reason));
+        if let Some(problem) = self.scheme_problem() {
+            return bad(problem);
+        }
         match &self.target {
             Target::Cluster(nodes) if nodes.is_empty() => {
                 return bad("a cluster client needs at least one seed node URL".into());
@@ -255,6 +259,19 @@ impl Settings {
     }
 
     /// The ACL user the client logs in as (`default` when none is named), for messages.
+    /// The first URL of the target whose scheme no client takes, said with the ones it does.
+    fn scheme_problem(&self) -> Option<String> {
+        match &self.target {
+            Target::Single(url) => url_scheme::scheme_problem(url, true),
+            Target::Cluster(urls)
+            | Target::Sentinel {
+                sentinels: urls, ..
+            } => urls
+                .iter()
+                .find_map(|u| url_scheme::scheme_problem(u, false)),
+        }
+    }
+
     pub(crate) fn acl_user(&self) -> String {
         let named = match &self.target {
             Target::Single(url) => url_user(url),
