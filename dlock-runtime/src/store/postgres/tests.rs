@@ -610,3 +610,125 @@ fn keys_of_a_kind_differ_from_the_plain_lock() {
     assert_ne!(plain.key, Read.keys("dlock:", "x").key);
     assert_ne!(plain.key, Semaphore { permits: 1 }.keys("dlock:", "x").key);
 }
+
+/// Issue 36: the sweep deletes a semaphore's permit count only under the key's advisory lock.
+/// An op on the key under way (here a permit being granted, its transaction held open) while a
+/// sweep whose clock is more than a minute past the op's (what a sweep sees of an op that
+/// stalled that long) finds the key's other holder expired: the sweep must not delete the
+/// count the op is writing, or the permit granted would be there without its count, and an
+/// acquire with another count would be let in.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sweep_leaves_a_semaphore_count_to_an_op_under_way() {
+    if !available("the_sweep_leaves_a_semaphore_count_to_an_op_under_way") {
+        return;
+    }
+    let url = shared().url();
+    let schema = fresh_schema("sweep_race");
+    let store = store_at(&url, &schema).await;
+    let q = super::schema::quote_ident(&schema);
+    let two = Semaphore { permits: 2 };
+    let d = claim(&two, "pool", "d", Duration::from_secs(30));
+    let key = d.keys.key.clone();
+    let link = store.link_for(&key);
+    assert_eq!(link.acquire(&two, &d, None, LEASE).await.unwrap(), (1, 0));
+
+    let connect = || async {
+        let (client, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client
+    };
+    let (op, sweeper, watch) = (connect().await, connect().await, connect().await);
+    // A latch long expired: gone once a sweep has run (one call in eight sweeps).
+    watch
+        .execute(
+            &format!(
+                "INSERT INTO {q}.latches (id, result, expires_at) \
+                 VALUES ('canary', 0, clock_timestamp() - interval '1 hour')"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    // The op: a second permit of two, granted and not committed yet.
+    op.batch_execute("BEGIN").await.unwrap();
+    let row = op
+        .query_one(
+            &format!("SELECT held FROM {q}.sem_acquire($1, 30000, 'a', 2)"),
+            &[&key],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), 1, "the second permit");
+
+    let sweeper_pid: i32 = sweeper
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let sweeps = tokio::spawn({
+        let q = q.clone();
+        async move {
+            let canary = format!("SELECT count(*) FROM {q}.latches WHERE id = 'canary'");
+            for _ in 0..400 {
+                sweeper
+                    .execute(
+                        &format!("SELECT {q}.sweep(clock_timestamp() + interval '5 minutes')"),
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+                let left: i64 = sweeper.query_one(&canary, &[]).await.unwrap().get(0);
+                if left == 0 {
+                    return true;
+                }
+            }
+            false
+        }
+    });
+    // Until a sweep ran, or one waits for a row the op keeps (it judged the key free of
+    // holders from before the op's commit).
+    let waiting =
+        "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'";
+    let mut blocked = false;
+    for _ in 0..500 {
+        if sweeps.is_finished() {
+            break;
+        }
+        let n: i64 = watch
+            .query_one(waiting, &[&sweeper_pid])
+            .await
+            .unwrap()
+            .get(0);
+        if n > 0 {
+            blocked = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    op.batch_execute("COMMIT").await.unwrap();
+    let swept = tokio::time::timeout(TIMEOUT, sweeps)
+        .await
+        .expect("the sweeps ended after the op's commit")
+        .unwrap();
+    assert!(swept, "no sweep ran in 400 calls");
+
+    let stored: Option<i32> = watch
+        .query_opt(
+            &format!("SELECT permits FROM {q}.permits WHERE key = $1"),
+            &[&key],
+        )
+        .await
+        .unwrap()
+        .map(|r| r.get(0));
+    let five = Semaphore { permits: 5 };
+    let e = claim(&five, "pool", "e", LEASE);
+    let other_count = link.acquire(&five, &e, None, LEASE).await;
+    assert_eq!(
+        stored,
+        Some(2),
+        "the permit count is gone while a permit is held (the sweep waited for the op: \
+         {blocked}); an acquire with 5 permits answered {other_count:?}"
+    );
+    let refused = other_count.expect_err("another permit count beside a holder");
+    assert_eq!(refused.stored_permits(), Some(2), "{refused}");
+}
