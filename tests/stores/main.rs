@@ -16,6 +16,7 @@ mod family;
 mod faults;
 mod frozen_link;
 mod killed_connections;
+mod names;
 mod pooler;
 mod privileges;
 mod promotion;

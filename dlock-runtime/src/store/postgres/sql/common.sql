@@ -61,6 +61,13 @@ BEGIN
     DELETE FROM @schema@.permits p WHERE p.key = ANY (v_keys)
       AND NOT EXISTS (SELECT 1 FROM @schema@.holds h WHERE h.key = p.key);
   END IF;
+  -- The whole text of hashed keys (names.sql) whose locks are gone: a minute after their last
+  -- acquire, so one that is about to take its lock keeps it.
+  DELETE FROM @schema@.long_names WHERE key IN (
+    SELECT n.key FROM @schema@.long_names n
+    WHERE n.written_at < p_now - interval '1 minute'
+      AND NOT EXISTS (SELECT 1 FROM @schema@.holds h WHERE h.key = n.key)
+    ORDER BY n.written_at LIMIT 32 FOR UPDATE SKIP LOCKED);
   -- A counter more than a day behind the clock gives nothing the clock term does not: the
   -- next token is greatest(last + 1, clock) either way, unless the clock steps back a day.
   DELETE FROM @schema@.fences WHERE key IN (
