@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use dlock::{Lock, LockClient};
 
-use super::both::stores;
+use super::both::{stores, Store};
 
 /// `a` takes `lock`, `b`'s handle on the same name is refused while it is held and served
 /// after the release.
@@ -174,5 +174,34 @@ async fn every_kind_takes_a_long_name() {
 
         // The plain lock of that name is yet another lock, free beside them.
         excludes(s, &name, &plain(&a, &name), &plain(&b, &name)).await;
+    }
+}
+
+/// A key prefix holding NUL: a key like any other on Redis, refused up front on PostgreSQL
+/// (where NUL in a name is written `%00`, which a prefix could spell too), naming the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_with_nul_is_refused_where_it_cannot_be_kept() {
+    for store in stores() {
+        let build = || {
+            LockClient::builder(store.url())
+                .key_prefix("pre\0fix:")
+                .build()
+        };
+        let built = build().await;
+        match &store {
+            Store::Redis(_) => {
+                let a = built.expect("a prefix with NUL on redis");
+                let b = build().await.expect("a prefix with NUL on redis");
+                let name = "stores:prefix";
+                excludes("redis", name, &plain(&a, name), &plain(&b, name)).await;
+            }
+            Store::Postgres(_) => {
+                let Err(e) = built else {
+                    panic!("postgres: a prefix with NUL was accepted");
+                };
+                let text = e.to_string();
+                assert!(text.contains("prefix") && text.contains("NUL"), "{text}");
+            }
+        }
     }
 }

@@ -732,3 +732,61 @@ async fn the_sweep_leaves_a_semaphore_count_to_an_op_under_way() {
     let refused = other_count.expect_err("another permit count beside a holder");
     assert_eq!(refused.stored_permits(), Some(2), "{refused}");
 }
+
+/// A schema created by the previous version (2: no `long_names`, no `remember_name`) migrates
+/// at connect; then a long name with NUL is stored as its hash everywhere, and `long_names`
+/// keeps its whole text (NUL as `%00`) under that hash, where an inspector finds it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_name_is_stored_hashed_and_its_text_kept_after_migrating_version_2() {
+    if !available("a_long_name_is_stored_hashed_and_its_text_kept_after_migrating_version_2") {
+        return;
+    }
+    let url = shared().url();
+    let schema = fresh_schema("long_names");
+    let q = super::schema::quote_ident(&schema);
+    drop(store_at(&url, &schema).await);
+    let (raw, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
+    tokio::spawn(connection);
+    // What version 2 left: everything else is created or replaced the same way.
+    raw.batch_execute(&format!(
+        "DROP FUNCTION {q}.remember_name(text, text); DROP TABLE {q}.long_names; \
+         UPDATE {q}.meta SET version = 2;"
+    ))
+    .await
+    .unwrap();
+
+    let store = store_at(&url, &schema).await;
+    let version: i32 = raw
+        .query_one(&format!("SELECT max(version) FROM {q}.meta"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, super::schema::VERSION);
+    let name = format!("{}\0tail", "x".repeat(600));
+    let a = claim(&Plain, &name, "a", LEASE);
+    let link = store.link_for(&a.keys.key);
+    assert_eq!(link.acquire(&Plain, &a, None, LEASE).await.unwrap().0, 1);
+    let hashed = super::names::stored(&a.keys.key).into_owned();
+    assert!(hashed.starts_with("sha256:"), "{hashed}");
+    let held: Vec<String> = raw
+        .query(&format!("SELECT key FROM {q}.holds"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(held, vec![hashed.clone()]);
+    let whole: String = raw
+        .query_one(
+            &format!("SELECT full_key FROM {q}.long_names WHERE key = $1"),
+            &[&hashed],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(whole, format!("dlock:{{{}%00tail}}", "x".repeat(600)));
+    // The release finds the same row.
+    let latch = format!("{}l", a.keys.latch_prefix);
+    assert_eq!(link.release(&Plain, &a, &latch, LEASE).await.unwrap().0, 0);
+    assert!(!link.exists(&Plain, &a.keys.key).await.unwrap());
+}
