@@ -19,8 +19,9 @@ AS $body$ SELECT greatest(0, floor(extract(epoch FROM (p_until - p_now)) * 1000)
 -- Deletes a few expired rows of any lock. Called at the end of every acquire that took a free
 -- lock and every release, so the tables stay bounded by the op rate without a background task
 -- in every client (and without a timer that a pooler or a paused client would skip). SKIP
--- LOCKED and the position at the very end of the caller (nothing waited for after it) keep it
--- from ever blocking or deadlocking an op; LIMIT bounds its cost.
+-- LOCKED, advisory locks taken only without waiting, and the position at the very end of the
+-- caller (nothing waited for after it) keep it from ever blocking or deadlocking an op; LIMIT
+-- bounds its cost.
 CREATE OR REPLACE FUNCTION @schema@.sweep(p_now timestamptz) RETURNS void
 LANGUAGE plpgsql SECURITY INVOKER SET search_path = pg_catalog, pg_temp
 AS $body$
