@@ -790,3 +790,44 @@ async fn a_long_name_is_stored_hashed_and_its_text_kept_after_migrating_version_
     assert_eq!(link.release(&Plain, &a, &latch, LEASE).await.unwrap().0, 0);
     assert!(!link.exists(&Plain, &a.keys.key).await.unwrap());
 }
+
+/// Issue 36 at the store: an owner's done mark refuses a late top-level request of that side
+/// (the late-acquire protection), and only that: a writer's next read in the same write scope,
+/// sent with a marker like every writer's read, is granted after its previous read left the
+/// mark, and the write row stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_done_mark_refuses_a_late_request_not_a_writers_next_read() {
+    if !available("a_done_mark_refuses_a_late_request_not_a_writers_next_read") {
+        return;
+    }
+    let store = store("rw_done").await;
+    let r = claim(&Read, "doc", "r", LEASE);
+    let link = store.link_for(&r.keys.key);
+    assert_eq!(link.acquire(&Read, &r, None, LEASE).await.unwrap().0, 1);
+    let latch = format!("{}r", r.keys.latch_prefix);
+    assert_eq!(link.release(&Read, &r, &latch, LEASE).await.unwrap().0, 0);
+    // The same request arriving late (after the client gave up on it): refused, lock free.
+    assert_eq!(link.acquire(&Read, &r, None, LEASE).await.unwrap(), (0, 1));
+    assert!(!link.exists(&Read, &r.keys.key).await.unwrap());
+
+    let w = claim(&Write, "doc", "w", LEASE);
+    let wr = claim(&Read, "doc", "w", LEASE);
+    let (one, token) = link.acquire(&Write, &w, None, LEASE).await.unwrap();
+    assert_eq!(one, 1);
+    for round in 0..3 {
+        let marker = format!("{}m{round}", wr.keys.latch_prefix);
+        assert_eq!(
+            link.acquire(&Read, &wr, Some(&marker), LEASE)
+                .await
+                .unwrap(),
+            (1, token),
+            "the writer's read {round}"
+        );
+        let latch = format!("{}l{round}", wr.keys.latch_prefix);
+        assert_eq!(link.release(&Read, &wr, &latch, LEASE).await.unwrap().0, 0);
+    }
+    assert_eq!(link.renew(&Write, &[&w]).await.unwrap(), vec![1]);
+    let wl = format!("{}wl", w.keys.latch_prefix);
+    assert_eq!(link.release(&Write, &w, &wl, LEASE).await.unwrap().0, 0);
+    assert!(!link.exists(&Write, &w.keys.key).await.unwrap());
+}
