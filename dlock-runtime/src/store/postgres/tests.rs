@@ -785,9 +785,29 @@ async fn a_long_name_is_stored_hashed_and_its_text_kept_after_migrating_version_
         .unwrap()
         .get(0);
     assert_eq!(whole, format!("dlock:{{{}%00tail}}", "x".repeat(600)));
-    // The release finds the same row.
+    // Every other op finds the same row: the watchdog's renewal, the lease, a re-entry and
+    // its undo, the release, and a force-unlock.
+    assert_eq!(link.renew(&Plain, &[&a]).await.unwrap(), vec![1]);
+    assert!(link.pttl(&Plain, &a.keys.key).await.unwrap() > 0);
+    let marker = format!("{}m", a.keys.latch_prefix);
+    assert_eq!(
+        link.acquire(&Plain, &a, Some(&marker), LEASE)
+            .await
+            .unwrap(),
+        (2, 0)
+    );
+    assert_eq!(link.undo_reentry(&Plain, &a, &marker).await.unwrap(), 1);
     let latch = format!("{}l", a.keys.latch_prefix);
     assert_eq!(link.release(&Plain, &a, &latch, LEASE).await.unwrap().0, 0);
+    assert!(!link.exists(&Plain, &a.keys.key).await.unwrap());
+    assert_eq!(
+        link.acquire(&Plain, &claim(&Plain, &name, "b", LEASE), None, LEASE)
+            .await
+            .unwrap()
+            .0,
+        1
+    );
+    assert_eq!(link.force_unlock(&Plain, &a.keys).await.unwrap(), 1);
     assert!(!link.exists(&Plain, &a.keys.key).await.unwrap());
 }
 
