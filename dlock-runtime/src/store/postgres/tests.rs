@@ -851,3 +851,54 @@ async fn a_done_mark_refuses_a_late_request_not_a_writers_next_read() {
     assert_eq!(link.release(&Write, &w, &wl, LEASE).await.unwrap().0, 0);
     assert!(!link.exists(&Write, &w.keys.key).await.unwrap());
 }
+
+/// A schema its owner migrated at version 2 and granted to a role table by table (`GRANT ...
+/// ON ALL TABLES` covers only the tables that exist when it runs) keeps working for that role
+/// once the owner migrates it to this version: the role takes a long name, and runs the sweep
+/// (every op may), which deletes from `long_names` too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_role_granted_the_version_2_tables_keeps_working_after_the_migration() {
+    if !available("a_role_granted_the_version_2_tables_keeps_working_after_the_migration") {
+        return;
+    }
+    let url = shared().url();
+    let schema = fresh_schema("grants");
+    let q = super::schema::quote_ident(&schema);
+    drop(store_at(&url, &schema).await);
+    let (raw, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let role = format!("r_{:08x}", rand::random::<u32>());
+    raw.batch_execute(&format!(
+        "DROP FUNCTION {q}.remember_name(text, text); DROP TABLE {q}.long_names; \
+         UPDATE {q}.meta SET version = 2; CREATE ROLE {role} LOGIN; \
+         GRANT USAGE ON SCHEMA {q} TO {role}; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {q} TO {role};"
+    ))
+    .await
+    .unwrap();
+    // The owner migrates.
+    drop(store_at(&url, &schema).await);
+
+    let role_url = format!("postgres://{role}@127.0.0.1:{}/postgres", shared().port());
+    let store = store_at(&role_url, &schema).await;
+    let name = "y".repeat(700);
+    // A lease the sweeps' clock (two minutes ahead) does not see expired.
+    let a = claim(&Plain, &name, "a", Duration::from_secs(600));
+    let link = store.link_for(&a.keys.key);
+    let acquired = link.acquire(&Plain, &a, None, LEASE).await;
+    assert_eq!(acquired.unwrap_or_else(|e| panic!("as {role}: {e}")).0, 1);
+    let (as_role, connection) = role_url
+        .parse::<Config>()
+        .unwrap()
+        .connect(NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    // One call in eight sweeps: 128 calls all but surely run it.
+    let sweep = format!("SELECT {q}.sweep(clock_timestamp() + interval '2 minutes')");
+    for _ in 0..128 {
+        (as_role.execute(&sweep, &[]).await).unwrap_or_else(|e| panic!("sweep as {role}: {e}"));
+    }
+    let latch = format!("{}l", a.keys.latch_prefix);
+    assert_eq!(link.release(&Plain, &a, &latch, LEASE).await.unwrap().0, 0);
+}
