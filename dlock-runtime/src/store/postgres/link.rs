@@ -117,9 +117,10 @@ impl PgLink {
         let lease = ms(claim.lease);
         let offered = offered(kind)?;
         // The text stored for the name (`names.rs`): as it is for nearly every name; a long
-        // one's whole text is kept first, so whoever sees its hash in a table can read it.
+        // one's whole text is kept first, so whoever sees its hash in a table can read it. Not
+        // again for a re-entry (or a writer's read): the enclosing hold's row keeps it.
         let (key, whole) = stored_and_whole(&claim.keys.key);
-        if let Some(whole) = &whole {
+        if let (Some(whole), None) = (&whole, reentry) {
             let sql = &self.inner.calls.remember_name;
             let (key, whole): (&str, &str) = (&key, whole);
             self.call(what, sql, &[(&key, Type::TEXT), (&whole, Type::TEXT)])
