@@ -403,8 +403,11 @@ impl Acquire<'_> {
 
     /// Takes this kind's side of the lock for the owner of `parent`, an enclosing hold of the
     /// sibling kind (a writer taking the read side): one attempt, no queueing at the local gate
-    /// (the enclosing hold has this client's turn). Refused by Redis only if the enclosing hold
-    /// is gone.
+    /// (the enclosing hold has this client's turn). Refused by the store only if the enclosing
+    /// hold is gone, which is why a refusal marks it lost: every store lets a writer's read (a
+    /// nested request) past the done mark an earlier read of the same owner left, which stops
+    /// only late top-level requests (issue 36: PostgreSQL did not, and a writer reading twice
+    /// was refused and read lost while its row was there).
     async fn acquire_as(
         &self,
         parent: &Arc<Hold>,

@@ -184,6 +184,14 @@ impl Settings {
                 ));
             }
         }
+        if self.prefix.contains('\0') {
+            // The store writes a name's NUL as `%00` (PostgreSQL text cannot hold NUL); that
+            // is unambiguous inside the name, whose `%` are escaped, but not in a prefix.
+            return bad(format!(
+                "key prefix {:?} contains NUL, which the PostgreSQL store cannot keep apart from `%00`",
+                self.prefix
+            ));
+        }
         let name = &self.postgres_schema;
         if name.is_empty() || name.len() > 63 {
             return bad(format!(
