@@ -19,4 +19,5 @@ mod killed_connections;
 mod pooler;
 mod privileges;
 mod promotion;
+mod tls;
 mod waking;

@@ -82,6 +82,6 @@ pub use bins::{server_info, server_version, RedisVersion, ServerFlavour, ServerI
 pub use cluster::{ClusterNode, RedisCluster};
 pub use cluster_view::Role;
 pub use options::{Persistence, RedisServerBuilder};
-pub use postgres::{postgres_available, PgServer};
+pub use postgres::{postgres_available, PgServer, PgServerBuilder};
 pub use sentinel::RedisSentinel;
 pub use server::{supports_tls, RedisServer};
