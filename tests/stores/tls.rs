@@ -25,6 +25,14 @@ fn url(server: &PgServer, host: &str, params: &str) -> String {
     )
 }
 
+/// The error of a client that must not have been built, `what` saying why.
+fn refused(built: Result<LockClient, LockError>, what: &str) -> LockError {
+    match built {
+        Ok(_) => panic!("built: {what}"),
+        Err(e) => e,
+    }
+}
+
 fn ca(server: &PgServer) -> Vec<u8> {
     std::fs::read(server.ca_cert().expect("a TLS server")).expect("read the CA")
 }
@@ -74,7 +82,12 @@ fn until_parked(server: &PgServer, app: &str) {
 
 /// A lock cycle with a wake-up: `holder` takes the lock (30 s lease), `waiter` (named `app`)
 /// parks on it, the release must wake it through NOTIFY well before the lease would.
-async fn cycle_with_wake_up(server: &PgServer, holder: &LockClient, waiter: &LockClient, app: &str) {
+async fn cycle_with_wake_up(
+    server: &PgServer,
+    holder: &LockClient,
+    waiter: &LockClient,
+    app: &str,
+) {
     let name = format!("tls:{app}");
     let guard = (holder.lock(&name))
         .ttl(Duration::from_secs(30))
@@ -105,7 +118,11 @@ async fn each_verifying_mode_locks_and_wakes_over_tls() {
         return;
     }
     let server = PgServer::builder().ssl().start().expect("start PostgreSQL");
-    let ca_path = server.ca_cert().expect("a TLS server").display().to_string();
+    let ca_path = server
+        .ca_cert()
+        .expect("a TLS server")
+        .display()
+        .to_string();
     // require: no roots at all (libpq: nothing verified). verify-ca: the root from the URL,
     // and a host name the certificate does not list (verify-ca does not look at it).
     // verify-full: the root from the builder, the IP the certificate lists.
@@ -117,19 +134,32 @@ async fn each_verifying_mode_locks_and_wakes_over_tls() {
             format!("hostaddr=127.0.0.1&sslmode=verify-ca&sslrootcert={ca_path}"),
             false,
         ),
-        ("verify-full", "127.0.0.1", "sslmode=verify-full".into(), true),
+        (
+            "verify-full",
+            "127.0.0.1",
+            "sslmode=verify-full".into(),
+            true,
+        ),
     ];
     for (mode, host, params, builder_roots) in cases {
         let client = |who: &str| {
-            let u = url(&server, host, &format!("{params}&application_name=tls-{mode}-{who}"));
+            let u = url(
+                &server,
+                host,
+                &format!("{params}&application_name=tls-{mode}-{who}"),
+            );
             let mut b = LockClient::builder(u).connections(2);
             if builder_roots {
                 b = b.tls_root_certificates(ca(&server));
             }
             async move { b.build().await }
         };
-        let holder = client("holder").await.unwrap_or_else(|e| panic!("{mode}: {e}"));
-        let waiter = client("waiter").await.unwrap_or_else(|e| panic!("{mode}: {e}"));
+        let holder = client("holder")
+            .await
+            .unwrap_or_else(|e| panic!("{mode}: {e}"));
+        let waiter = client("waiter")
+            .await
+            .unwrap_or_else(|e| panic!("{mode}: {e}"));
         cycle_with_wake_up(&server, &holder, &waiter, &format!("tls-{mode}-waiter")).await;
         // Two clients of two command connections and one LISTEN connection each.
         assert_eq!(
@@ -153,13 +183,19 @@ async fn verify_full_refuses_a_certificate_for_another_host_name() {
             .tls_root_certificates(ca(&server))
             .build()
     };
-    let e = for_host("db.invalid")
-        .await
-        .err()
-        .expect("a certificate for 127.0.0.1 and localhost is not one for db.invalid");
+    let e = refused(
+        for_host("db.invalid").await,
+        "a certificate for 127.0.0.1 and localhost is not one for db.invalid",
+    );
     let text = e.to_string();
     assert!(
-        matches!(e, LockError::Store { fault: StoreFault::Refused, .. }),
+        matches!(
+            e,
+            LockError::Store {
+                fault: StoreFault::Refused,
+                ..
+            }
+        ),
         "{e:?}"
     );
     assert!(text.contains("not valid for the host name"), "{text}");
@@ -179,12 +215,13 @@ async fn a_server_signed_by_another_ca_is_refused_once_roots_are_given() {
     let other = std::fs::read(server.other_ca_cert().unwrap()).unwrap();
     // verify-ca, and require with roots given (libpq checks the chain then too).
     for mode in ["verify-ca", "require"] {
-        let e = LockClient::builder(url(&server, "127.0.0.1", &format!("sslmode={mode}")))
-            .tls_root_certificates(other.clone())
-            .build()
-            .await
-            .err()
-            .unwrap_or_else(|| panic!("{mode}: a server the given CA did not sign"));
+        let e = refused(
+            LockClient::builder(url(&server, "127.0.0.1", &format!("sslmode={mode}")))
+                .tls_root_certificates(other.clone())
+                .build()
+                .await,
+            &format!("{mode}: a server the given CA did not sign"),
+        );
         let text = e.to_string();
         assert!(text.contains("not signed by a root certificate"), "{text}");
         assert!(text.contains("tls_root_certificates"), "what to do: {text}");
@@ -199,10 +236,10 @@ async fn require_is_refused_by_a_server_without_ssl() {
     }
     let server = PgServer::start().expect("start PostgreSQL");
     for mode in ["require", "verify-full"] {
-        let e = LockClient::connect(&url(&server, "127.0.0.1", &format!("sslmode={mode}")))
-            .await
-            .err()
-            .unwrap_or_else(|| panic!("{mode} against a server without TLS"));
+        let e = refused(
+            LockClient::connect(&url(&server, "127.0.0.1", &format!("sslmode={mode}"))).await,
+            &format!("{mode} against a server without TLS"),
+        );
         let text = e.to_string();
         assert!(text.contains("does not accept TLS"), "{text}");
         assert!(text.contains("sslmode=prefer"), "what to do: {text}");
@@ -225,7 +262,11 @@ async fn prefer_takes_tls_where_offered_and_plain_where_not() {
     ];
     for (i, (server, params, expected)) in cases.into_iter().enumerate() {
         let app = format!("prefer-{i}");
-        let u = url(server, "127.0.0.1", &format!("{params}application_name={app}"));
+        let u = url(
+            server,
+            "127.0.0.1",
+            &format!("{params}application_name={app}"),
+        );
         let client = LockClient::connect(&u)
             .await
             .unwrap_or_else(|e| panic!("{params:?}: {e}"));
@@ -242,11 +283,14 @@ async fn disable_is_refused_by_a_server_that_requires_ssl() {
     if !postgres_or_skip("PostgreSQL over TLS") {
         return;
     }
-    let server = PgServer::builder().ssl_only().start().expect("start PostgreSQL");
-    let e = LockClient::connect(&url(&server, "127.0.0.1", "sslmode=disable"))
-        .await
-        .err()
-        .expect("plain TCP refused by hostssl-only pg_hba.conf");
+    let server = PgServer::builder()
+        .ssl_only()
+        .start()
+        .expect("start PostgreSQL");
+    let e = refused(
+        LockClient::connect(&url(&server, "127.0.0.1", "sslmode=disable")).await,
+        "plain TCP refused by hostssl-only pg_hba.conf",
+    );
     let text = e.to_string();
     assert!(text.contains("hostssl"), "{text}");
     assert!(text.contains("sslmode=verify-full"), "what to do: {text}");
@@ -265,7 +309,11 @@ async fn tls_settings_that_cannot_work_are_refused_by_name() {
     let base = "postgres://locks:s3cret-pw@127.0.0.1:9/postgres";
     let pem = b"-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n";
     let cases: Vec<(String, Option<Vec<u8>>, &str)> = vec![
-        (format!("{base}?sslmode=verify_full"), None, "sslmode `verify_full`"),
+        (
+            format!("{base}?sslmode=verify_full"),
+            None,
+            "sslmode `verify_full`",
+        ),
         (format!("{base}?sslmode=allow"), None, "sslmode=allow"),
         (
             format!("{base}?sslmode=verify-ca&sslrootcert=/nonexistent/root.pem"),
@@ -277,7 +325,11 @@ async fn tls_settings_that_cannot_work_are_refused_by_name() {
             None,
             "sslrootcert=system needs sslmode=verify-full",
         ),
-        (format!("{base}?sslcert=/c.pem"), None, "client certificates"),
+        (
+            format!("{base}?sslcert=/c.pem"),
+            None,
+            "client certificates",
+        ),
         (
             format!("{base}?sslmode=disable"),
             Some(pem.to_vec()),
@@ -299,13 +351,16 @@ async fn tls_settings_that_cannot_work_are_refused_by_name() {
         if let Some(roots) = roots {
             b = b.tls_root_certificates(roots);
         }
-        let e = b.build().await.err().unwrap_or_else(|| panic!("{url}: accepted"));
+        let e = refused(b.build().await, &format!("{url}: accepted"));
         let text = e.to_string();
         assert!(
             matches!(e, LockError::InvalidArgument { .. }),
             "{url}: {e:?}"
         );
         assert!(text.contains(expected), "{url}: {text}");
-        assert!(!text.contains("s3cret-pw"), "a password in an error: {text}");
+        assert!(
+            !text.contains("s3cret-pw"),
+            "a password in an error: {text}"
+        );
     }
 }

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use crate::error::LockError;
 
-pub(crate) use postgres_tls::{split_tls, SslMode};
 #[cfg(feature = "postgres")]
 pub(crate) use postgres_tls::RootCert;
+pub(crate) use postgres_tls::{split_tls, SslMode};
 pub(crate) use redact::{redact, redact_all};
 
 /// Default lease kept alive by the watchdog (Redisson's `lockWatchdogTimeout`).

@@ -139,9 +139,11 @@ fn parse_mode(value: &str) -> Result<SslMode, String> {
         "verify-ca" => SslMode::VerifyCa,
         "verify-full" => SslMode::VerifyFull,
         "allow" => {
-            return Err("sslmode=allow (plain first, TLS only if the server insists) is not \
+            return Err(
+                "sslmode=allow (plain first, TLS only if the server insists) is not \
                         supported: use prefer (TLS when the server offers it) or disable"
-                .into())
+                    .into(),
+            )
         }
         other => {
             return Err(format!(
@@ -154,9 +156,11 @@ fn parse_mode(value: &str) -> Result<SslMode, String> {
 
 fn parse_root(value: &str) -> Result<RootCert, String> {
     match value {
-        "" => Err("sslrootcert in the PostgreSQL URL is empty: name a PEM file of root \
+        "" => Err(
+            "sslrootcert in the PostgreSQL URL is empty: name a PEM file of root \
                    certificates, or `system` for the system's trust store"
-            .into()),
+                .into(),
+        ),
         "system" => Ok(RootCert::System),
         path => Ok(RootCert::File(PathBuf::from(path))),
     }
@@ -210,13 +214,19 @@ mod tests {
     #[test]
     fn bad_values_are_named() {
         let e = split_tls("postgres://u:secret@h/db?sslmode=verify_full").unwrap_err();
-        assert!(e.contains("`verify_full`") && e.contains("verify-full"), "{e}");
+        assert!(
+            e.contains("`verify_full`") && e.contains("verify-full"),
+            "{e}"
+        );
         assert!(!e.contains("secret"), "{e}");
         let e = split_tls("postgres://h/db?sslmode=allow").unwrap_err();
         assert!(e.contains("prefer"), "{e}");
         let e = split_tls("postgres://h/db?sslrootcert=").unwrap_err();
         assert!(e.contains("empty"), "{e}");
         let e = split_tls("postgres://h/db?sslcert=/c.pem&sslkey=/k.pem").unwrap_err();
-        assert!(e.contains("`sslcert`") && e.contains("client certificates"), "{e}");
+        assert!(
+            e.contains("`sslcert`") && e.contains("client certificates"),
+            "{e}"
+        );
     }
 }

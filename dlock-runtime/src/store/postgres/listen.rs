@@ -32,11 +32,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_postgres::error::Severity;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_postgres::{AsyncMessage, Client, Connection};
 use tokio_util::sync::CancellationToken;
 

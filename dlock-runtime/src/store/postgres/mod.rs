@@ -11,6 +11,6 @@ pub(crate) mod link;
 pub(crate) mod listen;
 pub(crate) mod schema;
 pub(crate) mod store;
-pub(crate) mod tls;
 #[cfg(all(test, feature = "testing"))]
 mod tests;
+pub(crate) mod tls;

@@ -9,13 +9,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::runtime::Handle;
 use super::calls::Calls;
 use super::connections::{Inner, Slot};
 use super::errors::PgError;
 use super::link::PgLink;
 use super::schema::{self, Schema};
 use super::tls::PgConnect;
+use tokio::runtime::Handle;
 
 /// The PostgreSQL store of one client.
 pub(crate) struct PgStore {

@@ -140,7 +140,8 @@ impl PgConnect {
         if let Some(e) = rustls_error(error) {
             return Some(match e {
                 rustls::Error::InvalidCertificate(
-                    CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+                    CertificateError::NotValidForName
+                    | CertificateError::NotValidForNameContext { .. },
                 ) => format!(
                     "the server's certificate is not valid for the host name connected to \
                      ({e}); sslmode={mode} checks it: connect by a name the certificate lists, \
@@ -204,12 +205,14 @@ impl From<Config> for PgConnect {
 /// The rustls client of `verifier`, presenting no client certificate. (It fails only if the
 /// provider had no cipher suite for TLS 1.2 and 1.3, which ring's has.)
 fn tls_config(verifier: Verifier) -> Result<ClientConfig, String> {
-    Ok(ClientConfig::builder_with_provider(verifier.provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("cannot set up TLS: {e}"))?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(verifier))
-        .with_no_client_auth())
+    Ok(
+        ClientConfig::builder_with_provider(verifier.provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("cannot set up TLS: {e}"))?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier))
+            .with_no_client_auth(),
+    )
 }
 
 /// The rustls error behind a failed handshake: tokio-rustls wraps it in an `io::Error`, whose
@@ -306,7 +309,13 @@ impl ServerCertVerifier for Verifier {
                 self.provider.signature_verification_algorithms.all,
             )?,
             Check::Full(full) => {
-                full.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)?;
+                full.verify_server_cert(
+                    end_entity,
+                    intermediates,
+                    server_name,
+                    ocsp_response,
+                    now,
+                )?;
             }
         }
         Ok(ServerCertVerified::assertion())
