@@ -172,6 +172,79 @@ async fn each_verifying_mode_locks_and_wakes_over_tls() {
     }
 }
 
+/// The backend pids of the clients whose application_name starts with `app`, sorted.
+fn pids(server: &PgServer, app: &str) -> Vec<u32> {
+    let listed = ask(
+        server,
+        &format!(
+            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE '{app}%' ORDER BY pid"
+        ),
+    );
+    listed.lines().map(|l| l.parse().expect("a pid")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_reopened_after_the_server_ended_them_use_tls_too() {
+    if !postgres_or_skip("PostgreSQL over TLS") {
+        return;
+    }
+    let server = PgServer::builder().ssl().start().expect("start PostgreSQL");
+    let client = |who: &str| {
+        let u = url(
+            &server,
+            "127.0.0.1",
+            &format!("sslmode=verify-full&application_name=reopen-{who}"),
+        );
+        LockClient::builder(u)
+            .tls_root_certificates(ca(&server))
+            .build()
+    };
+    let holder = client("holder").await.expect("holder");
+    let waiter = client("waiter").await.expect("waiter");
+    cycle_with_wake_up(&server, &holder, &waiter, "reopen-waiter").await;
+    let before = pids(&server, "reopen-");
+    assert_eq!(
+        before.len(),
+        4,
+        "one request and one LISTEN connection each"
+    );
+    let ended = ask(
+        &server,
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE application_name LIKE 'reopen-%'",
+    );
+    assert_eq!(ended, "4");
+    // The request connections are reopened by the next call, the LISTEN connections by the
+    // listener itself: the cycle needs both.
+    cycle_with_wake_up(&server, &holder, &waiter, "reopen-waiter").await;
+    // The holder's LISTEN connection comes back on its own time: waited for, bounded.
+    let start = Instant::now();
+    let mut after = pids(&server, "reopen-");
+    for _ in 0..500 {
+        if after.len() == 4 || start.elapsed() > Duration::from_secs(10) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        after = pids(&server, "reopen-");
+    }
+    assert_eq!(
+        after.len(),
+        4,
+        "every connection back within 10 s: {after:?}"
+    );
+    assert!(
+        after.iter().all(|p| !before.contains(p)),
+        "every connection replaced: before {before:?}, after {after:?}"
+    );
+    assert_eq!(
+        encrypted(&server, "reopen-"),
+        "4|4",
+        "the new ones over TLS"
+    );
+    holder.shutdown().await;
+    waiter.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_full_refuses_a_certificate_for_another_host_name() {
     if !postgres_or_skip("PostgreSQL over TLS") {

@@ -55,8 +55,9 @@
 //!   (FUNCTION, sharded pub/sub), [`supports_tls`] whether it was built with TLS.
 //! * `redis-cli` (package `redis-tools`, or `$REDIS_CLI_BIN`) for [`RedisCluster`] and
 //!   [`RedisServer::cli`].
-//! * `openssl` (the command-line tool) for TLS servers: a CA, a certificate for `127.0.0.1`
-//!   and an unrelated CA are generated at start.
+//! * `openssl` (the command-line tool) for TLS servers (Redis, and PostgreSQL through
+//!   [`PgServer::builder`]): a CA, a certificate for `127.0.0.1` and `localhost` and an
+//!   unrelated CA are generated at start.
 //!
 //! # Timings
 //!

@@ -36,6 +36,14 @@
 //! watcher is itself a child of the postmaster (a shell, not a `postgres`), so it is left out
 //! of what `kill` and `pause` signal.
 //!
+//! # TLS
+//!
+//! [`PgServer::builder`]`.ssl()` starts a server with `ssl = on` and certificates generated
+//! with the `openssl` tool (a CA, a server certificate for `127.0.0.1` and `localhost`, an
+//! unrelated CA), the key handed to the server's user; `.ssl_only()` also refuses TCP
+//! connections without TLS (`hostssl` lines only in its `pg_hba.conf`). Its [`PgServer::psql`]
+//! connects with `sslmode=verify-full`.
+//!
 //! # Timings
 //!
 //! Measured on a 2-core VM with PostgreSQL 15 (`cargo test --all-features --test support
