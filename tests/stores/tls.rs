@@ -224,7 +224,7 @@ async fn connections_reopened_after_the_server_ended_them_use_tls_too() {
         if after.len() == 4 || start.elapsed() > Duration::from_secs(10) {
             break;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        tokio::time::sleep(Duration::from_millis(20)).await;
         after = pids(&server, "reopen-");
     }
     assert_eq!(
@@ -374,6 +374,58 @@ async fn disable_is_refused_by_a_server_that_requires_ssl() {
         .expect("verify-full against the same server");
     let g = client.lock("tls:only").acquire().await.expect("acquire");
     g.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_role_logs_in_with_channel_binding_and_a_wrong_password_is_not_shown() {
+    if !postgres_or_skip("PostgreSQL over TLS") {
+        return;
+    }
+    // ssl_only: roles other than `postgres` must give their password (SCRAM).
+    let server = PgServer::builder()
+        .ssl_only()
+        .start()
+        .expect("start PostgreSQL");
+    let password = "p@ss:w/rd?sslmode=disable";
+    ask(
+        &server,
+        &format!(
+            "CREATE ROLE tls_user LOGIN PASSWORD '{password}'; \
+             GRANT CREATE ON DATABASE postgres TO tls_user"
+        ),
+    );
+    let login = |password: &str| {
+        let encoded: String = password
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        // channel_binding=require: SCRAM-SHA-256-PLUS, bound to this TLS session's server
+        // certificate, or no login at all.
+        let u = format!(
+            "postgres://tls_user:{encoded}@127.0.0.1:{}/postgres?sslmode=verify-full&\
+             channel_binding=require&application_name=scram",
+            server.port()
+        );
+        LockClient::builder(u)
+            .tls_root_certificates(ca(&server))
+            .build()
+    };
+    let client = login(password).await.expect("the right password");
+    let g = client.lock("tls:scram").acquire().await.expect("acquire");
+    g.release().await.expect("release");
+    assert_eq!(encrypted(&server, "scram"), "2|2");
+    client.shutdown().await;
+    let wrong = "not-the-pw-4711";
+    let e = refused(login(wrong).await, "a wrong password");
+    let text = format!("{e} {e:?}");
+    assert!(text.contains("password authentication failed"), "{text}");
+    assert!(
+        !text.contains(wrong) && !text.contains("4711"),
+        "the password shown: {text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -162,7 +162,8 @@ impl PgServerBuilder {
     }
 
     /// [`ssl`](PgServerBuilder::ssl), and TCP connections without TLS refused: `pg_hba.conf`
-    /// has only `hostssl` lines (trust), as a managed service's has.
+    /// has only `hostssl` lines, as a managed service's has. The superuser `postgres` logs in
+    /// without a password (trust); any other role with its password (`scram-sha-256`).
     pub fn ssl_only(mut self) -> Self {
         self.ssl = true;
         self.ssl_only = true;
@@ -465,12 +466,14 @@ impl PgServer {
             std::os::unix::fs::chown(&files.server_key, Some(uid), Some(gid))?;
         }
         // Only `hostssl` lines: the server refuses TCP connections without TLS (the Unix
-        // socket, which TLS does not apply to, stays open for the local tools).
+        // socket, which TLS does not apply to, stays open for the local tools). Roles other
+        // than the harness's own authenticate with SCRAM, as on a managed service.
         std::fs::write(
             dir.join("pg_hba.conf"),
             "local all all trust\n\
-             hostssl all all 127.0.0.1/32 trust\n\
-             hostssl replication all 127.0.0.1/32 trust\n",
+             hostssl all postgres 127.0.0.1/32 trust\n\
+             hostssl replication all 127.0.0.1/32 trust\n\
+             hostssl all all 127.0.0.1/32 scram-sha-256\n",
         )?;
         Ok(files)
     }
