@@ -239,8 +239,8 @@
 //!   `prefer` (the default: TLS when the server offers it, else plain); `require` (TLS, the
 //!   certificate not checked unless root certificates are given, then as `verify-ca`);
 //!   `verify-ca` (signed by a trusted root, any host name); `verify-full` (and valid for the
-//!   host connected to; `host=` with `hostaddr=` verifies a name while connecting to an
-//!   address). Trusted roots: [`LockClientBuilder::tls_root_certificates`] (the same method as
+//!   URL's host: `postgres://app@db.internal:5432/app?hostaddr=10.0.0.5` checks the name
+//!   `db.internal` while connecting to the address). Trusted roots: [`LockClientBuilder::tls_root_certificates`] (the same method as
 //!   for `rediss://`) and `sslrootcert=<PEM file>` in the URL, both if given; without either,
 //!   `verify-ca` and `verify-full` trust the system's store (`sslrootcert=system` asks for it
 //!   explicitly, with `verify-full`, as in libpq 16). Unlike libpq, `~/.postgresql/root.crt` is
