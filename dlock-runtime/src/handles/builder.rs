@@ -157,6 +157,17 @@ impl LockClientBuilder {
         self
     }
 
+    /// What this client's holds say holds them, for people reading a lock during an
+    /// incident (`dlock list`, [`crate::inspect::Holder`]): default `<host name>:<process
+    /// id>`. Name the service and instance, e.g. `orders-api@web-3`. At most 64 bytes, no
+    /// control characters. The name rides in every owner id this client writes, with the
+    /// lock's label (the attribute's key template or function name), on every store; the
+    /// Redisson kinds keep Redisson's `<uuid>:<thread id>` fields byte for byte and carry none.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.settings.client_name = name.into();
+        self
+    }
+
     /// The PostgreSQL schema dlock keeps its tables and functions in (a `postgres://` URL);
     /// default `dlock`. It is created on first use when missing (which needs CREATE on the
     /// database); a role without that right is told the statement an owner must run once.

@@ -33,6 +33,8 @@
 
 use std::sync::Arc;
 
+pub use crate::settings::holder::Holder;
+
 use crate::backend::names::{self, LockKeys};
 use crate::error::LockError;
 use crate::handles::client::LockClient;

@@ -68,6 +68,7 @@ impl Acquire<'_> {
         self.shared
             .new_hold(
                 self.name.to_owned(),
+                self.label.map(|l| &**l),
                 self.keys.clone(),
                 lease,
                 self.hard,

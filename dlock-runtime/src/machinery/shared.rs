@@ -28,7 +28,7 @@ use crate::machinery::watchdog::Watchdog;
 use crate::machinery::written::Written;
 use crate::machinery::{failover_watch, primary_switch};
 #[cfg(feature = "postgres")]
-use crate::settings::{is_postgres_url, Target};
+use crate::settings::{holder, is_postgres_url, Target};
 use crate::settings::{Bounds, ReplicaSync, Settings};
 use crate::store::error::StoreError;
 use crate::store::link::Link;
@@ -63,6 +63,8 @@ pub(crate) struct Shared {
     pub(crate) latch_ttl: Duration,
     /// 128 random bits: owner ids built from it cannot be guessed or collide across processes.
     pub(crate) client_id: String,
+    /// What its holds say holds them (the builder's `name`, `host:pid` by default).
+    pub(crate) client_name: String,
     seq: AtomicU64,
     pub(crate) waiters: Waiters,
     pub(crate) watchdog: Arc<Watchdog>,
@@ -176,6 +178,7 @@ impl Shared {
             // NOTIFY cannot count its listeners.
             publish_counts_all: false,
             client_id,
+            client_name: b.client_name.clone(),
             seq: AtomicU64::new(0),
             waiters,
             gates: Gates::default(),
@@ -296,6 +299,7 @@ impl Shared {
             handoff: b.handoff,
             publish_counts_all: !topology.is_cluster(),
             client_id,
+            client_name: b.client_name.clone(),
             seq: AtomicU64::new(0),
             waiters,
             gates: Gates::default(),
@@ -306,17 +310,16 @@ impl Shared {
         Ok(shared)
     }
 
-    /// A command connection, round-robin. Clones share the underlying socket, so a command
-    /// sent on a clone is ordered after everything sent earlier on it (used by orphan cleanup).
-    /// Fails for a store other than Redis (the Redis-only features: stock, the fenced write).
-    pub(crate) fn conn(&self) -> Result<Conn, LockError> {
+    /// A command connection for the stock item `name`, whose segments are Redis keys taken by
+    /// Lua scripts: a PostgreSQL client refuses, naming the item and what to use instead.
+    pub(crate) fn stock_conn(&self, name: &str) -> Result<Conn, LockError> {
         match &self.backing {
             Backing::Redis { pool, .. } => Ok(pool.get()),
             #[cfg(feature = "postgres")]
             Backing::Postgres(_) => Err(LockError::invalid(
-                "",
+                name,
                 format!(
-                    "this operation (SegmentedStock, Redisson kinds, inspect) needs Redis; this client's store is PostgreSQL ({})",
+                    "SegmentedStock needs Redis (its segments are Redis keys spread over cluster slots); this client's store is PostgreSQL ({}): keep the stock in a row of your own and take it with one `UPDATE ... SET stock = stock - 1 WHERE stock > 0` (see examples/seckill.rs, --store postgres)",
                     self.url
                 ),
             )),
@@ -421,10 +424,12 @@ impl Shared {
     }
 
     /// A new hold of the lock `name` (keys `keys`) for a new owner of this client, not yet
-    /// acquired.
+    /// acquired. Its owner id carries this client's name and `label` (see
+    /// `settings/holder.rs`), except for a kind whose owner ids are another library's.
     pub(crate) fn new_hold(
         &self,
         name: String,
+        label: Option<&str>,
         keys: LockKeys,
         lease: Duration,
         hard: bool,
@@ -432,10 +437,14 @@ impl Shared {
         sync: Option<ReplicaSync>,
     ) -> Hold {
         let id = self.next_seq();
+        let mut owner = self.unique_id();
+        if kind.labels_owner() {
+            owner.push_str(&holder::suffix(&self.client_name, label));
+        }
         let claim = Claim {
             name,
             keys,
-            owner: self.unique_id(),
+            owner,
             client_id: self.client_id.clone(),
             lease,
             hard,

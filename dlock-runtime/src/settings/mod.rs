@@ -1,6 +1,7 @@
 //! Settings: the plain data a client is built from, filled by `LockClientBuilder` and checked
 //! once by [`Settings::validate`]. Every layer above reads it; nothing here talks to Redis.
 
+pub(crate) mod holder;
 // Without the store, a postgres:// URL is still checked (and refused), but what the store
 // itself reads of it (the rest of the URL, the root file) goes unused.
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
@@ -121,6 +122,9 @@ pub(crate) struct Settings {
     pub(crate) master_auth: (Option<String>, Option<String>),
     /// Call the scripts as functions of dlock's library (FCALL) where the server has them.
     pub(crate) functions: bool,
+    /// What every owner id of this client says holds it (see `holder.rs`): `host:pid` unless
+    /// the builder names it.
+    pub(crate) client_name: String,
     /// Every lock's default for replica-synced writes (`None`: asynchronous replication).
     pub(crate) sync: Option<ReplicaSync>,
     /// The PostgreSQL schema dlock's tables and functions live in (a `postgres://` target).
@@ -159,6 +163,7 @@ impl Settings {
             tls_root: None,
             master_auth: (None, None),
             functions: true,
+            client_name: holder::default_client_name(),
             sync: None,
             postgres_schema: DEFAULT_POSTGRES_SCHEMA.to_owned(),
             postgres_listen_url: None,
@@ -233,6 +238,9 @@ impl Settings {
             ));
         }
         if let Some(problem) = self.sync.and_then(|s| s.problem(self.response_timeout)) {
+            return bad(problem);
+        }
+        if let Some(problem) = holder::client_name_problem(&self.client_name) {
             return bad(problem);
         }
         if self.connections == 0 {
