@@ -272,6 +272,7 @@ async fn verify_full_refuses_a_certificate_for_another_host_name() {
         ),
         "{e:?}"
     );
+    assert!(!e.is_transient(), "a retry cannot help: {e:?}");
     assert!(text.contains("not valid for the host name"), "{text}");
     assert!(text.contains("sslmode=verify-ca"), "what to do: {text}");
     // The same server under a name its certificate lists.
@@ -297,6 +298,7 @@ async fn a_server_signed_by_another_ca_is_refused_once_roots_are_given() {
             &format!("{mode}: a server the given CA did not sign"),
         );
         let text = e.to_string();
+        assert!(!e.is_transient(), "a retry cannot help: {e:?}");
         assert!(text.contains("not signed by a root certificate"), "{text}");
         assert!(text.contains("tls_root_certificates"), "what to do: {text}");
         assert!(text.contains(&format!("sslmode={mode}")), "{text}");
@@ -315,6 +317,7 @@ async fn require_is_refused_by_a_server_without_ssl() {
             &format!("{mode} against a server without TLS"),
         );
         let text = e.to_string();
+        assert!(!e.is_transient(), "a retry cannot help: {e:?}");
         assert!(text.contains("does not accept TLS"), "{text}");
         assert!(text.contains("sslmode=prefer"), "what to do: {text}");
     }
