@@ -303,6 +303,48 @@ async fn a_server_signed_by_another_ca_is_refused_once_roots_are_given() {
         assert!(text.contains("tls_root_certificates"), "what to do: {text}");
         assert!(text.contains(&format!("sslmode={mode}")), "{text}");
     }
+    // The URL's sslrootcert is trusted besides the builder's roots.
+    let ca_path = server.ca_cert().unwrap().display().to_string();
+    let both = format!("sslmode=verify-full&sslrootcert={ca_path}");
+    let client = LockClient::builder(url(&server, "127.0.0.1", &both))
+        .tls_root_certificates(other)
+        .build()
+        .await
+        .expect("the URL's root signed it");
+    let g = client.lock("tls:roots").acquire().await.expect("acquire");
+    g.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_separate_listen_url_has_its_own_sslmode_and_the_builder_roots() {
+    if !postgres_or_skip("PostgreSQL over TLS") {
+        return;
+    }
+    let server = PgServer::builder().ssl().start().expect("start PostgreSQL");
+    let main = url(
+        &server,
+        "127.0.0.1",
+        "sslmode=verify-full&application_name=lu-main",
+    );
+    let listen = |params: &str| {
+        LockClient::builder(main.as_str())
+            .tls_root_certificates(ca(&server))
+            .postgres_listen_url(url(&server, "db.invalid", params))
+            .build()
+    };
+    let client = listen("hostaddr=127.0.0.1&sslmode=verify-ca&application_name=lu-listen")
+        .await
+        .expect("verify-ca does not look at the name");
+    assert_eq!(encrypted(&server, "lu-main"), "1|1");
+    assert_eq!(encrypted(&server, "lu-listen"), "1|1");
+    client.shutdown().await;
+    let e = refused(
+        listen("hostaddr=127.0.0.1&sslmode=verify-full").await,
+        "the listener's own verify-full checks the name",
+    );
+    let text = e.to_string();
+    assert!(text.contains("listener connection"), "{text}");
+    assert!(text.contains("not valid for the host name"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
