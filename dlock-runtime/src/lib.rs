@@ -245,7 +245,7 @@
 //!   `verify-ca` and `verify-full` trust the system's store (`sslrootcert=system` asks for it
 //!   explicitly, with `verify-full`, as in libpq 16). Unlike libpq, `~/.postgresql/root.crt` is
 //!   not read, `sslmode=allow` and client certificates (`sslcert`, `sslkey`) are refused by
-//!   name. A refused handshake says why and what to change (a name the certificate does not
+//!   name. As in libpq, `sslmode` does not apply to a Unix-domain socket (no TLS there). A refused handshake says why and what to change (a name the certificate does not
 //!   list, an unknown CA, a server without TLS, a server that allows only TLS).
 //! * **Versions**: PostgreSQL 15, as CI checks it (`tests/stores` runs every shared behaviour
 //!   test against Redis and PostgreSQL from one body).

@@ -247,6 +247,34 @@ async fn connections_reopened_after_the_server_ended_them_use_tls_too() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sslmode_is_ignored_on_a_unix_socket_as_libpq_does() {
+    if !postgres_or_skip("PostgreSQL over TLS") {
+        return;
+    }
+    let server = PgServer::builder().ssl().start().expect("start PostgreSQL");
+    // The socket's directory as the URL's host, percent-encoded.
+    let dir: String = server
+        .dir()
+        .display()
+        .to_string()
+        .bytes()
+        .map(|b| match b {
+            b'/' => "%2F".to_owned(),
+            b => (b as char).to_string(),
+        })
+        .collect();
+    let u = format!(
+        "postgres://postgres@{dir}:{}/postgres?sslmode=verify-full",
+        server.port()
+    );
+    let client = LockClient::connect(&u)
+        .await
+        .expect("a Unix socket has no TLS to verify");
+    let g = client.lock("tls:unix").acquire().await.expect("acquire");
+    g.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_full_refuses_a_certificate_for_another_host_name() {
     if !postgres_or_skip("PostgreSQL over TLS") {
         return;

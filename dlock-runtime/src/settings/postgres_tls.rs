@@ -16,7 +16,8 @@
 //! `tls_root_certificates`; `sslrootcert=system` the system's trust store, and then, as in
 //! libpq 16, `verify-full` is the default and the only mode allowed. Without roots of their own,
 //! `verify-ca` and `verify-full` trust the system's store (libpq would refuse without
-//! `~/.postgresql/root.crt`, which dlock does not read).
+//! `~/.postgresql/root.crt`, which dlock does not read). A Unix-domain socket never has TLS,
+//! whatever the mode (as in libpq).
 
 use std::borrow::Cow;
 use std::path::PathBuf;

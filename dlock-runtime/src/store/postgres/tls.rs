@@ -43,6 +43,9 @@ impl PgConnect {
         let split = split_tls(url)?;
         let mut config = split.rest.parse::<Config>().map_err(|e| e.to_string())?;
         config.ssl_mode(match split.mode {
+            // PostgreSQL offers no TLS on a Unix-domain socket (the kernel carries the bytes),
+            // and libpq ignores sslmode there: so does this, rather than fail every connect.
+            _ if only_unix_sockets(&config) => WireMode::Disable,
             SslMode::Disable => WireMode::Disable,
             SslMode::Prefer => WireMode::Prefer,
             SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => WireMode::Require,
@@ -213,6 +216,17 @@ fn tls_config(verifier: Verifier) -> Result<ClientConfig, String> {
             .with_custom_certificate_verifier(Arc::new(verifier))
             .with_no_client_auth(),
     )
+}
+
+/// Whether every host `config` names is a Unix-domain socket's directory.
+fn only_unix_sockets(config: &Config) -> bool {
+    let hosts = config.get_hosts();
+    #[cfg(unix)]
+    let unix =
+        |h: &tokio_postgres::config::Host| matches!(h, tokio_postgres::config::Host::Unix(_));
+    #[cfg(not(unix))]
+    let unix = |_: &tokio_postgres::config::Host| false;
+    !hosts.is_empty() && config.get_hostaddrs().is_empty() && hosts.iter().all(unix)
 }
 
 /// The rustls error behind a failed handshake: tokio-rustls wraps it in an `io::Error`, whose
