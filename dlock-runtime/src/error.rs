@@ -27,20 +27,23 @@ use std::time::Duration;
 ///     }
 /// }
 ///
-/// let busy = LockError::Timeout { name: "cart:5".into(), waited: std::time::Duration::ZERO };
-/// assert_eq!(status(&busy), 409);
 /// assert_eq!(status(&LockError::NotConfigured), 500);
+/// assert_eq!(status(&LockError::NotHeld { name: "cart:5".into() }), 409);
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
-    /// The lock was held by another owner for the whole wait.
-    #[error("timed out after {} waiting for lock `{name}` (held by another owner)", Shown(*.waited))]
+    /// The lock was held by another owner (every permit of a semaphore was in use) for the
+    /// whole wait.
+    #[error("timed out after {} waiting for lock `{name}` ({busy})", Shown(*.waited))]
+    #[non_exhaustive]
     Timeout {
         /// The lock's name.
         name: String,
         /// How long this caller waited.
         waited: Duration,
+        /// What kept it out: "held by another owner", "all 2 permits in use".
+        busy: String,
     },
 
     /// Release or renew found that this owner no longer holds the lock: its lease ran out
@@ -242,6 +245,14 @@ impl LockError {
         }
     }
 
+    pub(crate) fn timeout(name: &str, waited: Duration, busy: String) -> Self {
+        LockError::Timeout {
+            name: name.to_owned(),
+            waited,
+            busy,
+        }
+    }
+
     pub(crate) fn invalid(name: &str, reason: impl Into<String>) -> Self {
         LockError::InvalidArgument {
             name: name.to_owned(),
@@ -387,6 +398,7 @@ mod tests {
         let e = LockError::Timeout {
             name: "job".into(),
             waited: Duration::from_micros(5_001_234),
+            busy: "held by another owner".into(),
         };
         assert_eq!(
             e.to_string(),

@@ -18,6 +18,7 @@ mod faults;
 mod frozen_link;
 mod holder;
 mod killed_connections;
+mod names;
 mod pooler;
 mod privileges;
 mod promotion;

@@ -59,7 +59,8 @@ impl LockClientBuilder {
     }
 
     /// Prefix of every key and channel (default `dlock:`). Must not contain `{` or `}`: the
-    /// lock name is the cluster hash tag.
+    /// lock name is the cluster hash tag. On PostgreSQL it must not contain NUL either (the
+    /// store writes a name's NUL as `%00`, which only the name's own escaping keeps apart).
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.settings.prefix = prefix.into();
         self

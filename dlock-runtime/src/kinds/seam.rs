@@ -57,6 +57,16 @@ pub(crate) trait LockKind: Send + Sync + std::fmt::Debug {
     /// A short stable name ("plain", "read", ...): renewals are batched per kind, logs show it.
     fn id(&self) -> &'static str;
 
+    /// The Redis type of this kind's main key (`TYPE`'s answer while it is held).
+    fn main_type(&self) -> &'static str {
+        "hash"
+    }
+
+    /// What keeps a waiter out, for the timeout's message.
+    fn busy(&self) -> String {
+        "held by another owner".to_owned()
+    }
+
     /// Whether owner ids of this kind carry the holder's labels (see `settings/holder.rs`):
     /// not for a kind whose owner ids are another library's, read by it byte for byte.
     fn labels_owner(&self) -> bool {

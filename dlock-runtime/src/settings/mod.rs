@@ -7,6 +7,7 @@ pub(crate) mod holder;
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 mod postgres_tls;
 mod redact;
+mod url_scheme;
 
 use std::time::Duration;
 
@@ -200,6 +201,14 @@ impl Settings {
             split_tls(url)
                 .map_err(|why| LockError::invalid("", format!("postgres_listen_url: {why}")))?;
         }
+        if self.prefix.contains('\0') {
+            // The store writes a name's NUL as `%00` (PostgreSQL text cannot hold NUL); that
+            // is unambiguous inside the name, whose `%` are escaped, but not in a prefix.
+            return bad(format!(
+                "key prefix {:?} contains NUL, which the PostgreSQL store cannot keep apart from `%00`",
+                self.prefix
+            ));
+        }
         let name = &self.postgres_schema;
         if name.is_empty() || name.len() > 63 {
             return bad(format!(
@@ -212,6 +221,9 @@ impl Settings {
     /// Refuses settings no client can work with, naming the setting.
     pub(crate) fn validate(&self) -> Result<(), LockError> {
         let bad = |reason: String| Err(LockError::invalid("", reason));
+        if let Some(problem) = self.scheme_problem() {
+            return bad(problem);
+        }
         match &self.target {
             Target::Cluster(nodes) if nodes.is_empty() => {
                 return bad("a cluster client needs at least one seed node URL".into());
@@ -272,6 +284,19 @@ impl Settings {
     }
 
     /// The ACL user the client logs in as (`default` when none is named), for messages.
+    /// The first URL of the target whose scheme no client takes, said with the ones it does.
+    fn scheme_problem(&self) -> Option<String> {
+        match &self.target {
+            Target::Single(url) => url_scheme::scheme_problem(url, true),
+            Target::Cluster(urls)
+            | Target::Sentinel {
+                sentinels: urls, ..
+            } => urls
+                .iter()
+                .find_map(|u| url_scheme::scheme_problem(u, false)),
+        }
+    }
+
     pub(crate) fn acl_user(&self) -> String {
         let named = match &self.target {
             Target::Single(url) => url_user(url),

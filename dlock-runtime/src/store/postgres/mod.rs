@@ -9,6 +9,7 @@ mod connections;
 pub(crate) mod errors;
 pub(crate) mod link;
 pub(crate) mod listen;
+mod names;
 pub(crate) mod schema;
 pub(crate) mod store;
 #[cfg(all(test, feature = "testing"))]
