@@ -240,8 +240,21 @@
 //!   [`LockClient::semaphore`], [`LockClient::multi_lock`] and the attribute's `kind`s for
 //!   them. Not offered yet, and refused at the acquire with an error naming the store and the
 //!   kind: the fair lock and the Redisson kinds. Redis-only, refused the same way:
-//!   `SegmentedStock`, `dlock::inspect`, `synced_replicas` (use `synchronous_commit` and
-//!   `synchronous_standby_names` on the server) and TLS (the store connects without it).
+//!   `SegmentedStock`, `dlock::inspect` and `synced_replicas` (use `synchronous_commit` and
+//!   `synchronous_standby_names` on the server).
+//! * **TLS**: the URL's `sslmode` with libpq's meanings, through rustls (ring, as for
+//!   `rediss://`), on every connection of the client (requests and LISTEN): `disable`;
+//!   `prefer` (the default: TLS when the server offers it, else plain); `require` (TLS, the
+//!   certificate not checked unless root certificates are given, then as `verify-ca`);
+//!   `verify-ca` (signed by a trusted root, any host name); `verify-full` (and valid for the
+//!   URL's host: `postgres://app@db.internal:5432/app?hostaddr=10.0.0.5` checks the name
+//!   `db.internal` while connecting to the address). Trusted roots: [`LockClientBuilder::tls_root_certificates`] (the same method as
+//!   for `rediss://`) and `sslrootcert=<PEM file>` in the URL, both if given; without either,
+//!   `verify-ca` and `verify-full` trust the system's store (`sslrootcert=system` asks for it
+//!   explicitly, with `verify-full`, as in libpq 16). Unlike libpq, `~/.postgresql/root.crt` is
+//!   not read, `sslmode=allow` and client certificates (`sslcert`, `sslkey`) are refused by
+//!   name. As in libpq, `sslmode` does not apply to a Unix-domain socket (no TLS there). A refused handshake says why and what to change (a name the certificate does not
+//!   list, an unknown CA, a server without TLS, a server that allows only TLS).
 //! * **Versions**: PostgreSQL 15, as CI checks it (`tests/stores` runs every shared behaviour
 //!   test against Redis and PostgreSQL from one body).
 //!

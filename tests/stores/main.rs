@@ -23,4 +23,5 @@ mod pooler;
 mod privileges;
 mod promotion;
 mod stock;
+mod tls;
 mod waking;

@@ -121,6 +121,11 @@ impl LockClientBuilder {
 
     /// Trusts these PEM root certificates (a private CA, a self-signed server) for `rediss://`
     /// connections instead of the system's trust store. Applies to every node of a cluster.
+    ///
+    /// For a PostgreSQL store, the roots its TLS checks the server against, besides the URL's
+    /// `sslrootcert`: with `sslmode=verify-ca` or `verify-full` (their absence means the system's
+    /// trust store), and `require` or `prefer`, which then check the chain too, as libpq does
+    /// with a root certificate (see the crate docs, "Stores"). Refused with `sslmode=disable`.
     pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.settings.tls_root = Some(pem.into());
         self
@@ -248,7 +253,8 @@ impl LockClient {
 
     /// Starts a builder for a client of one Redis server (`redis://host:port/db`,
     /// `redis://user:password@host:port`; `rediss://` for TLS), or, with the `postgres`
-    /// feature, of a PostgreSQL server (`postgres://user:password@host:port/db`).
+    /// feature, of a PostgreSQL server (`postgres://user:password@host:port/db`;
+    /// `?sslmode=verify-full` and the rest of libpq's TLS modes, see the crate docs, "Stores").
     pub fn builder(url: impl Into<String>) -> LockClientBuilder {
         LockClientBuilder::new(Target::Single(url.into()))
     }

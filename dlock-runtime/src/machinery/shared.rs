@@ -107,10 +107,12 @@ impl Shared {
     #[cfg(feature = "postgres")]
     async fn connect_postgres(b: Settings, raw_url: &str) -> Result<Arc<Self>, LockError> {
         use crate::store::postgres::store::PgStore;
+        use crate::store::postgres::tls::PgConnect;
         let url = crate::settings::redact(raw_url);
         let failed =
             |e: crate::store::postgres::errors::PgError| e.into_lock_error("", "connect", &url);
-        let config: tokio_postgres::Config = raw_url.parse().map_err(|e| {
+        let roots = b.tls_root.as_deref();
+        let connect = PgConnect::from_url(raw_url, roots).map_err(|e| {
             LockError::invalid("", format!("cannot read the PostgreSQL URL {url}: {e}"))
         })?;
         let client_id = format!("{:032x}", rand::random::<u128>());
@@ -118,7 +120,7 @@ impl Shared {
             LockError::invalid("", format!("cannot start the client's thread: {e}"))
         })?;
         let store = PgStore::connect(
-            config.clone(),
+            connect.clone(),
             &b.postgres_schema,
             b.connections,
             b.connect_timeout,
@@ -135,15 +137,15 @@ impl Shared {
             stop.clone(),
         ));
         let hook = Arc::downgrade(&watchdog);
-        let listen_config = match &b.postgres_listen_url {
-            Some(listen) => listen.parse().map_err(|e| {
+        let listen_connect = match &b.postgres_listen_url {
+            Some(listen) => PgConnect::from_url(listen, roots).map_err(|e| {
                 let shown = crate::settings::redact(listen);
                 LockError::invalid("", format!("cannot read postgres_listen_url {shown}: {e}"))
             })?,
-            None => config,
+            None => connect,
         };
         let waiters = Waiters::start_postgres(
-            listen_config,
+            listen_connect,
             WaiterSettings {
                 connect_timeout: b.connect_timeout,
                 ack_timeout: b.response_timeout.min(Duration::from_secs(1)),

@@ -224,7 +224,7 @@ impl Waiters {
     /// the holders, as a Redis reconnect does.
     #[cfg(feature = "postgres")]
     pub(crate) async fn start_postgres(
-        config: tokio_postgres::Config,
+        connect: crate::store::postgres::tls::PgConnect,
         settings: WaiterSettings,
         rt: &tokio::runtime::Handle,
     ) -> Result<Self, crate::store::postgres::errors::PgError> {
@@ -248,7 +248,7 @@ impl Waiters {
             ack_timeout: settings.ack_timeout,
         };
         let listener = PgListener::start(
-            config,
+            connect,
             hooks,
             rt,
             settings.connect_timeout,

@@ -2,6 +2,10 @@
 //! once by [`Settings::validate`]. Every layer above reads it; nothing here talks to Redis.
 
 pub(crate) mod holder;
+// Without the store, a postgres:// URL is still checked (and refused), but what the store
+// itself reads of it (the rest of the URL, the root file) goes unused.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+mod postgres_tls;
 mod redact;
 mod url_scheme;
 
@@ -9,6 +13,9 @@ use std::time::Duration;
 
 use crate::error::LockError;
 
+#[cfg(feature = "postgres")]
+pub(crate) use postgres_tls::RootCert;
+pub(crate) use postgres_tls::{split_tls, SslMode};
 pub(crate) use redact::{redact, redact_all};
 
 /// Default lease kept alive by the watchdog (Redisson's `lockWatchdogTimeout`).
@@ -108,7 +115,8 @@ pub(crate) struct Settings {
     pub(crate) connect_timeout: Duration,
     pub(crate) latch_ttl: Duration,
     pub(crate) handoff: Bounds,
-    /// PEM root certificate(s) to trust for `rediss://` instead of the system's.
+    /// PEM root certificate(s) to trust for `rediss://` instead of the system's, and for a
+    /// PostgreSQL store's TLS (see `postgres_tls.rs` for what each `sslmode` does with them).
     pub(crate) tls_root: Option<Vec<u8>>,
     /// ACL user and password for a sentinel-managed primary (the sentinels' own are in their
     /// URLs).
@@ -173,8 +181,15 @@ impl Settings {
         if self.sync.is_some() {
             return bad("synced_replicas is a Redis setting (WAIT); on PostgreSQL use synchronous_commit and synchronous_standby_names on the server".into());
         }
-        if self.tls_root.is_some() {
-            return bad("tls_root_certificate is not supported by the PostgreSQL store yet: it connects without TLS (use a loopback or private network, or a TLS-terminating proxy)".into());
+        if let Target::Single(url) = &self.target {
+            let tls = split_tls(url).map_err(|why| LockError::invalid("", why))?;
+            if self.tls_root.is_some() && tls.mode == SslMode::Disable {
+                return bad(format!(
+                    "tls_root_certificates is set, but the PostgreSQL URL {} says sslmode=disable \
+                     (no TLS): remove one of them",
+                    redact(url)
+                ));
+            }
         }
         if let Some(url) = &self.postgres_listen_url {
             if !is_postgres_url(url) {
@@ -183,6 +198,8 @@ impl Settings {
                     redact(url)
                 ));
             }
+            split_tls(url)
+                .map_err(|why| LockError::invalid("", format!("postgres_listen_url: {why}")))?;
         }
         if self.prefix.contains('\0') {
             // The store writes a name's NUL as `%00` (PostgreSQL text cannot hold NUL); that

@@ -55,8 +55,9 @@
 //!   (FUNCTION, sharded pub/sub), [`supports_tls`] whether it was built with TLS.
 //! * `redis-cli` (package `redis-tools`, or `$REDIS_CLI_BIN`) for [`RedisCluster`] and
 //!   [`RedisServer::cli`].
-//! * `openssl` (the command-line tool) for TLS servers: a CA, a certificate for `127.0.0.1`
-//!   and an unrelated CA are generated at start.
+//! * `openssl` (the command-line tool) for TLS servers (Redis, and PostgreSQL through
+//!   [`PgServer::builder`]): a CA, a certificate for `127.0.0.1` and `localhost` and an
+//!   unrelated CA are generated at start.
 //!
 //! # Timings
 //!
@@ -82,6 +83,6 @@ pub use bins::{server_info, server_version, RedisVersion, ServerFlavour, ServerI
 pub use cluster::{ClusterNode, RedisCluster};
 pub use cluster_view::Role;
 pub use options::{Persistence, RedisServerBuilder};
-pub use postgres::{postgres_available, PgServer};
+pub use postgres::{postgres_available, PgServer, PgServerBuilder};
 pub use sentinel::RedisSentinel;
 pub use server::{supports_tls, RedisServer};

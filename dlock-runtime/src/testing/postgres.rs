@@ -36,6 +36,14 @@
 //! watcher is itself a child of the postmaster (a shell, not a `postgres`), so it is left out
 //! of what `kill` and `pause` signal.
 //!
+//! # TLS
+//!
+//! [`PgServer::builder`]`.ssl()` starts a server with `ssl = on` and certificates generated
+//! with the `openssl` tool (a CA, a server certificate for `127.0.0.1` and `localhost`, an
+//! unrelated CA), the key handed to the server's user; `.ssl_only()` also refuses TCP
+//! connections without TLS (`hostssl` lines only in its `pg_hba.conf`). Its [`PgServer::psql`]
+//! connects with `sslmode=verify-full`.
+//!
 //! # Timings
 //!
 //! Measured on a 2-core VM with PostgreSQL 15 (`cargo test --all-features --test support
@@ -51,6 +59,7 @@ use std::time::{Duration, Instant};
 
 use super::bins;
 use super::support::{free_port, fresh_dir, last_lines, read_from, signal, wait_until};
+use super::tls::{self, TlsFiles};
 use super::watchdog::Watched;
 
 /// From spawn to accepting connections: ~0.05 s here, a crash recovery or a standby's
@@ -118,6 +127,53 @@ pub struct PgServer {
     /// The postmaster, started or last started.
     pid: u32,
     process: Option<Watched>,
+    /// The certificates of a server started with TLS ([`PgServerBuilder::ssl`]).
+    tls: Option<TlsFiles>,
+    /// Whether connections without TLS are refused ([`PgServerBuilder::ssl_only`]).
+    ssl_only: bool,
+}
+
+/// Options for [`PgServer::builder`]; [`PgServer::start`] is `PgServer::builder().start()`.
+///
+/// ```no_run
+/// # extern crate dlock_runtime as dlock;
+/// use dlock::testing::PgServer;
+///
+/// let server = PgServer::builder().ssl_only().start().unwrap();
+/// let ca = std::fs::read(server.ca_cert().unwrap()).unwrap();
+/// let url = format!("{}?sslmode=verify-full", server.url());
+/// # let _ = (ca, url);
+/// ```
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct PgServerBuilder {
+    ssl: bool,
+    ssl_only: bool,
+}
+
+impl PgServerBuilder {
+    /// TLS on (`ssl = on`): a CA, a server certificate for `127.0.0.1` and `localhost` signed
+    /// by it, and an unrelated CA are generated at start with the `openssl` tool
+    /// ([`PgServer::ca_cert`], [`PgServer::other_ca_cert`]). Connections without TLS are still
+    /// accepted.
+    pub fn ssl(mut self) -> Self {
+        self.ssl = true;
+        self
+    }
+
+    /// [`ssl`](PgServerBuilder::ssl), and TCP connections without TLS refused: `pg_hba.conf`
+    /// has only `hostssl` lines, as a managed service's has. The superuser `postgres` logs in
+    /// without a password (trust); any other role with its password (`scram-sha-256`).
+    pub fn ssl_only(mut self) -> Self {
+        self.ssl = true;
+        self.ssl_only = true;
+        self
+    }
+
+    /// Starts the server (see [`PgServer::start`]).
+    pub fn start(self) -> io::Result<PgServer> {
+        PgServer::start_with(self)
+    }
 }
 
 impl PgServer {
@@ -125,6 +181,15 @@ impl PgServer {
     /// temporary directory, then `postgres` on a free loopback port; returns once it accepts
     /// connections.
     pub fn start() -> io::Result<PgServer> {
+        Self::builder().start()
+    }
+
+    /// Options beyond the defaults: TLS.
+    pub fn builder() -> PgServerBuilder {
+        PgServerBuilder::default()
+    }
+
+    fn start_with(options: PgServerBuilder) -> io::Result<PgServer> {
         let install = install()?;
         let template = template(install)?;
         let mut server = PgServer::unstarted(install, "pg")?;
@@ -136,8 +201,24 @@ impl PgServer {
                 .arg(server.data_dir()),
             TOOL_TIMEOUT,
         )?;
+        if options.ssl {
+            server.tls = Some(server.make_certificates()?);
+            server.ssl_only = options.ssl_only;
+        }
         server.listen_on_a_free_port()?;
         Ok(server)
+    }
+
+    /// The CA certificate (PEM file) that signed a TLS server's certificate; `None` without
+    /// TLS.
+    pub fn ca_cert(&self) -> Option<&Path> {
+        self.tls.as_ref().map(|t| t.ca_cert.as_path())
+    }
+
+    /// A CA (PEM file) that signed nothing this server presents, for "wrong CA" tests; `None`
+    /// without TLS.
+    pub fn other_ca_cert(&self) -> Option<&Path> {
+        self.tls.as_ref().map(|t| t.other_ca_cert.as_path())
     }
 
     /// `postgres://postgres@127.0.0.1:<port>/postgres` (no password: trust authentication).
@@ -319,8 +400,16 @@ impl PgServer {
     /// statement is an `Err` carrying psql's stderr. A paused server fails the connection
     /// after 10 s.
     pub fn psql(&self, sql: &str) -> io::Result<String> {
+        // Over TLS where the server has it, since an `ssl_only` server refuses plain TCP.
+        let tls = match &self.tls {
+            None => "sslmode=disable".to_owned(),
+            Some(files) => format!(
+                "sslmode=verify-full sslrootcert='{}'",
+                files.ca_cert.display()
+            ),
+        };
         let conninfo = format!(
-            "host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=disable \
+            "host=127.0.0.1 port={} user=postgres dbname=postgres {tls} \
              connect_timeout={PSQL_CONNECT_TIMEOUT_SECS}",
             self.port
         );
@@ -354,6 +443,8 @@ impl PgServer {
             install,
             pid: 0,
             process: None,
+            tls: None,
+            ssl_only: false,
         };
         install.hand_over(&server.dir)?;
         Ok(server)
@@ -361,6 +452,47 @@ impl PgServer {
 
     fn data_dir(&self) -> PathBuf {
         self.dir.join("data")
+    }
+
+    /// The certificates in `tls/` of the server's directory, the key handed to the server's
+    /// user: PostgreSQL refuses a key file anyone else may read.
+    fn make_certificates(&self) -> io::Result<TlsFiles> {
+        let dir = self.dir.join("tls");
+        std::fs::create_dir(&dir)?;
+        let files = tls::generate(&dir)?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&files.server_key, std::fs::Permissions::from_mode(0o600))?;
+        if let Some((uid, gid)) = self.install.run_as {
+            std::os::unix::fs::chown(&files.server_key, Some(uid), Some(gid))?;
+        }
+        // Only `hostssl` lines: the server refuses TCP connections without TLS (the Unix
+        // socket, which TLS does not apply to, stays open for the local tools). Roles other
+        // than the harness's own authenticate with SCRAM, as on a managed service.
+        std::fs::write(
+            dir.join("pg_hba.conf"),
+            "local all all trust\n\
+             hostssl all postgres 127.0.0.1/32 trust\n\
+             hostssl replication all 127.0.0.1/32 trust\n\
+             hostssl all all 127.0.0.1/32 scram-sha-256\n",
+        )?;
+        Ok(files)
+    }
+
+    /// The command-line settings of TLS, if this server has it.
+    fn tls_settings(&self) -> Vec<String> {
+        let Some(files) = &self.tls else {
+            return Vec::new();
+        };
+        let mut settings = vec![
+            "ssl=on".to_owned(),
+            format!("ssl_cert_file={}", files.server_cert.display()),
+            format!("ssl_key_file={}", files.server_key.display()),
+        ];
+        if self.ssl_only {
+            let hba = self.dir.join("tls").join("pg_hba.conf");
+            settings.push(format!("hba_file={}", hba.display()));
+        }
+        settings
     }
 
     /// A port found free can be taken by another process before postgres binds it: new port.
@@ -392,6 +524,9 @@ impl PgServer {
         ]);
         for setting in SETTINGS {
             args.extend(["-c".into(), (*setting).into()]);
+        }
+        for setting in self.tls_settings() {
+            args.extend(["-c".into(), setting]);
         }
         let mut process = Watched::spawn(&program, &args, &self.dir, &log)?;
         self.pid = process.pid();

@@ -1,5 +1,5 @@
 //! Certificates for a TLS test server, made with the `openssl` command-line tool at start:
-//! a self-signed CA, a server certificate for `127.0.0.1` signed by it, and a second,
+//! a self-signed CA, a server certificate for `127.0.0.1` and `localhost` signed by it, and a second,
 //! unrelated CA for "wrong CA" tests.
 //!
 //! P-256 keys: generating one takes milliseconds where RSA takes a noticeable fraction of a
@@ -27,7 +27,7 @@ subjectKeyIdentifier = hash
 basicConstraints = critical,CA:FALSE
 keyUsage = critical,digitalSignature
 extendedKeyUsage = serverAuth
-subjectAltName = IP:127.0.0.1
+subjectAltName = IP:127.0.0.1, DNS:localhost
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
 ";

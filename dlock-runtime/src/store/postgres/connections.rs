@@ -6,15 +6,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::Client;
 
 use super::calls::Calls;
 use super::errors::PgError;
 use super::schema::Schema;
+use super::tls::PgConnect;
 
 /// What every link of the store shares.
 pub(super) struct Inner {
-    pub(super) config: Config,
+    /// The server, its settings and its TLS.
+    pub(super) connect: PgConnect,
     pub(super) schema: Schema,
     /// The SQL text of every call, built once for the schema.
     pub(super) calls: Calls,
@@ -51,9 +53,9 @@ impl Inner {
         if let Some(client) = open_client(slot) {
             return Ok(client);
         }
-        let config = self.config.clone();
+        let connect = self.connect.clone();
         let opening = self.rt.spawn(async move {
-            let (client, connection) = config.connect(NoTls).await?;
+            let (client, connection) = connect.connect().await?;
             // Ends when the server or the last `Client` closes it; its error, if any, is
             // seen by the calls in flight, which fail as link errors.
             tokio::spawn(connection);
@@ -65,7 +67,7 @@ impl Inner {
             Ok(Err(_)) => {
                 return Err(PgError::refused(what, "the client's runtime has shut down"));
             }
-            Ok(Ok(Err(e))) => return Err(PgError::connecting(what, e)),
+            Ok(Ok(Err(e))) => return Err(self.connect.failed(what, e)),
             Ok(Ok(Ok(client))) => Arc::new(client),
         };
         *slot.client.lock().unwrap_or_else(|p| p.into_inner()) = Some(client.clone());

@@ -32,17 +32,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_postgres::error::Severity;
-use tokio_postgres::tls::NoTlsStream;
-use tokio_postgres::{AsyncMessage, Client, Config, Connection, NoTls, Socket};
+use tokio_postgres::{AsyncMessage, Client, Connection};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::retry::Backoff;
 use crate::store::postgres::channel::pg_channel;
 use crate::store::postgres::errors::PgError;
+use crate::store::postgres::tls::PgConnect;
 
 /// Receives a notification: (dlock channel, not the PostgreSQL name; payload).
 pub(crate) type Dispatch = Box<dyn Fn(&str, &str) + Send + Sync>;
@@ -70,29 +71,30 @@ pub(crate) struct PgListener {
 }
 
 impl PgListener {
-    /// Opens the listener's connection (no TLS) within `connect_timeout` and starts its task.
+    /// Opens the listener's connection (with the TLS `connect` asks for) within
+    /// `connect_timeout` and starts its task.
     /// Both run on `rt`, the client's own runtime: the socket belongs to the runtime it was
     /// opened on, and must outlive whichever runtime the caller is on. The task ends with
     /// [`PgListener::stop`] or when every handle is gone.
     pub(crate) async fn start(
-        config: Config,
+        connect: impl Into<PgConnect>,
         hooks: ListenHooks,
         rt: &tokio::runtime::Handle,
         connect_timeout: Duration,
         health_interval: Duration,
     ) -> Result<PgListener, PgError> {
-        let hooks = Arc::new(hooks);
+        let (connect, hooks) = (connect.into(), Arc::new(hooks));
         let routes = Arc::new(Routes::default());
         let first = {
-            let (config, routes, hooks) = (config.clone(), routes.clone(), hooks.clone());
-            rt.spawn(async move { open(&config, connect_timeout, routes, hooks).await })
+            let (connect, routes, hooks) = (connect.clone(), routes.clone(), hooks.clone());
+            rt.spawn(async move { open(&connect, connect_timeout, routes, hooks).await })
                 .await
                 .map_err(|_| PgError::refused(OPENING, "the client's runtime has shut down"))??
         };
         let (tx, rx) = mpsc::unbounded_channel();
         let stop = CancellationToken::new();
         let task = Task {
-            config,
+            connect,
             hooks,
             connect_timeout,
             health_interval,
@@ -188,7 +190,7 @@ const OPENING: &str = "opening the PostgreSQL listener connection";
 
 /// Opens a connection within `timeout` and starts its driver on the current runtime.
 async fn open(
-    config: &Config,
+    connect: &PgConnect,
     timeout: Duration,
     routes: Arc<Routes>,
     hooks: Arc<ListenHooks>,
@@ -196,9 +198,9 @@ async fn open(
     // Bounded here rather than by the config's own connect timeout, which covers only the TCP
     // connect: a server that accepts and then says nothing (stopped, behind a frozen proxy)
     // would hold the startup exchange forever.
-    let (client, connection) = match tokio::time::timeout(timeout, config.connect(NoTls)).await {
+    let (client, connection) = match tokio::time::timeout(timeout, connect.connect()).await {
         Ok(Ok(opened)) => opened,
-        Ok(Err(e)) => return Err(PgError::connecting(OPENING, e)),
+        Ok(Err(e)) => return Err(connect.failed(OPENING, e)),
         Err(_) => return Err(PgError::timeout(OPENING, timeout)),
     };
     let driver = Driver(tokio::spawn(drive(connection, routes, hooks)));
@@ -206,11 +208,11 @@ async fn open(
 }
 
 /// Polls the connection until it ends, dispatching each notification to its dlock channels.
-async fn drive(
-    mut connection: Connection<Socket, NoTlsStream>,
-    routes: Arc<Routes>,
-    hooks: Arc<ListenHooks>,
-) {
+async fn drive<S, T>(mut connection: Connection<S, T>, routes: Arc<Routes>, hooks: Arc<ListenHooks>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    T: AsyncRead + AsyncWrite + Unpin,
+{
     let mut messages = futures_util::stream::poll_fn(|cx| connection.poll_message(cx));
     while let Some(message) = messages.next().await {
         match message {
@@ -279,7 +281,7 @@ enum Ended {
 
 /// The task: owns the connection, replaces it, ends with the listener.
 struct Task {
-    config: Config,
+    connect: PgConnect,
     hooks: Arc<ListenHooks>,
     connect_timeout: Duration,
     health_interval: Duration,
@@ -302,7 +304,7 @@ impl Task {
                 Some(session) => session,
                 None => {
                     let (routes, hooks) = (self.routes.clone(), self.hooks.clone());
-                    match open(&self.config, self.connect_timeout, routes, hooks).await {
+                    match open(&self.connect, self.connect_timeout, routes, hooks).await {
                         Ok(session) => session,
                         Err(e) => {
                             tracing::debug!(error = %e, "dlock: PostgreSQL listener reconnect failed");
@@ -529,6 +531,7 @@ mod tests {
     mod server {
         use super::*;
         use crate::testing::postgres::PgServer;
+        use tokio_postgres::{Config, NoTls};
 
         const ACK: Duration = Duration::from_millis(300);
         /// Bound on anything expected "soon" here; far above every timeout in play.
@@ -833,7 +836,7 @@ mod tests {
             let connect_timeout = Duration::from_millis(400);
             let started = Instant::now();
             let opened = PgListener::start(
-                server.url().parse().unwrap(),
+                server.url().parse::<Config>().unwrap(),
                 hooks,
                 &tokio::runtime::Handle::current(),
                 connect_timeout,

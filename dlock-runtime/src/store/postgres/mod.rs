@@ -14,3 +14,4 @@ pub(crate) mod schema;
 pub(crate) mod store;
 #[cfg(all(test, feature = "testing"))]
 mod tests;
+pub(crate) mod tls;

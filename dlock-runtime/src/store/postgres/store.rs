@@ -9,14 +9,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::runtime::Handle;
-use tokio_postgres::Config;
-
 use super::calls::Calls;
 use super::connections::{Inner, Slot};
 use super::errors::PgError;
 use super::link::PgLink;
 use super::schema::{self, Schema};
+use super::tls::PgConnect;
+use tokio::runtime::Handle;
 
 /// The PostgreSQL store of one client.
 pub(crate) struct PgStore {
@@ -24,10 +23,11 @@ pub(crate) struct PgStore {
 }
 
 impl PgStore {
-    /// Opens `connections` connections (at least one) to the server `config` names, and
-    /// makes sure dlock's schema `schema` is there at this version (migrating it if not).
+    /// Opens `connections` connections (at least one) to the server `connect` names (with its
+    /// TLS), and makes sure dlock's schema `schema` is there at this version (migrating it if
+    /// not).
     pub(crate) async fn connect(
-        config: Config,
+        connect: impl Into<PgConnect>,
         schema: &str,
         connections: usize,
         connect_timeout: Duration,
@@ -44,7 +44,7 @@ impl PgStore {
         let store = Arc::new(PgStore {
             inner: Arc::new(Inner {
                 calls: Calls::new(&schema),
-                config,
+                connect: connect.into(),
                 schema,
                 slots,
                 next: AtomicUsize::new(0),
