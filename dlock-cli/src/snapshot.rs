@@ -41,6 +41,20 @@ pub struct LockView {
     /// Semaphore: permits held now, of the count its clients use.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub permits: Option<Permits>,
+    /// Keys of this lock that hold another type than the kind keeps there (somebody else's
+    /// data under the prefix): the lock is not read, and dlock's clients get `WrongType` on it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub wrong_type: Vec<WrongType>,
+}
+
+/// A key of a lock that holds another Redis type than the kind writes there.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct WrongType {
+    pub key: String,
+    /// What `TYPE` answered (`string`, `list`, ...).
+    pub holds: String,
+    /// What the kind keeps there.
+    pub expected: &'static str,
 }
 
 #[derive(Serialize, Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -68,6 +82,7 @@ impl LockView {
     /// Anything to show: held, or somebody queued or claiming to be next.
     pub fn in_use(&self) -> bool {
         self.held
+            || !self.wrong_type.is_empty()
             || self.queue.as_ref().is_some_and(|q| !q.is_empty())
             || self.writer_waiting.is_some()
     }
@@ -100,8 +115,12 @@ pub async fn read(conn: &mut Keyed, layout: &Layout) -> Result<LockView, String>
         writer_waiting: None,
         queue: None,
         permits: None,
+        wrong_type: Vec::new(),
     };
     let mut pipe = redis::pipe();
+    // One key of another type must not fail the whole read (nor a whole `list`): errors come
+    // back per command, and a WRONGTYPE among them is looked into below.
+    pipe.ignore_errors();
     match layout.kind {
         Kind::Semaphore => {
             pipe.cmd("ZRANGE")
@@ -129,6 +148,26 @@ pub async fn read(conn: &mut Keyed, layout: &Layout) -> Result<LockView, String>
         pipe.cmd("ZRANGE").arg(queue).arg(0).arg(-1);
     }
     let replies: Vec<Value> = pipe.query_async(conn).await.map_err(|e| failed(&e))?;
+    let mut wrong_type = false;
+    for reply in &replies {
+        if let Value::ServerError(e) = reply {
+            if e.code() != "WRONGTYPE" {
+                return Err(failed(&redis::RedisError::from(e.clone())));
+            }
+            wrong_type = true;
+        }
+    }
+    if wrong_type {
+        view.wrong_type = wrong_types(conn, layout).await.map_err(|e| failed(&e))?;
+        // Every key has its kind's type again (the odd key was deleted meanwhile): no half-read
+        // lock is shown.
+        if view.wrong_type.is_empty() {
+            return Err(failed(
+                &"a key changed type while it was read; run the command again",
+            ));
+        }
+        return Ok(view);
+    }
     let mut replies = replies.into_iter();
     let mut next = || replies.next().unwrap_or(Value::Nil);
     let first = next();
@@ -167,6 +206,41 @@ pub async fn read(conn: &mut Keyed, layout: &Layout) -> Result<LockView, String>
     }
     view.held = !view.holders.is_empty();
     Ok(view)
+}
+
+/// The keys of `layout` whose type is not the one its kind keeps there (`none` is fine: a
+/// key not written yet).
+async fn wrong_types(conn: &mut Keyed, layout: &Layout) -> redis::RedisResult<Vec<WrongType>> {
+    let main = if layout.kind == Kind::Semaphore {
+        "zset"
+    } else {
+        "hash"
+    };
+    let keys: Vec<(&str, &'static str)> = [
+        (Some(layout.key.as_str()), main),
+        (layout.permits.as_deref(), "string"),
+        (layout.readers.as_deref(), "zset"),
+        (layout.writer_waiting.as_deref(), "string"),
+        (layout.queue.as_deref(), "zset"),
+    ]
+    .into_iter()
+    .filter_map(|(key, expected)| Some((key?, expected)))
+    .collect();
+    let mut pipe = redis::pipe();
+    for (key, _) in &keys {
+        pipe.cmd("TYPE").arg(*key);
+    }
+    let types: Vec<String> = pipe.query_async(conn).await?;
+    Ok(keys
+        .into_iter()
+        .zip(types)
+        .filter(|((_, expected), holds)| holds != "none" && holds != expected)
+        .map(|((key, expected), holds)| WrongType {
+            key: key.to_owned(),
+            holds,
+            expected,
+        })
+        .collect())
 }
 
 fn from<T: redis::FromRedisValue>(v: Value) -> Result<T, impl std::fmt::Display> {

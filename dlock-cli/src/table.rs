@@ -1,7 +1,7 @@
 //! Plain-text output: the `list` table and `show`'s details.
 
 use crate::duration::format_pttl;
-use crate::snapshot::{Holder, LockView};
+use crate::snapshot::{Holder, LockView, WrongType};
 
 /// Holders shown per row of `list`; the rest are counted (`show` lists all).
 const HOLDERS_PER_ROW: usize = 3;
@@ -49,6 +49,13 @@ pub fn list(views: &[LockView]) -> String {
             if v.holders.len() > HOLDERS_PER_ROW {
                 holders.push(format!("+{} more", v.holders.len() - HOLDERS_PER_ROW));
             }
+            // Not a lock's data: said where the holders would be, so the row cannot be
+            // mistaken for a free lock.
+            holders.extend(
+                v.wrong_type
+                    .iter()
+                    .map(|w| format!("WRONG TYPE: {}", wrong_type(w))),
+            );
             vec![
                 v.name.clone(),
                 v.kind.to_owned(),
@@ -80,6 +87,15 @@ pub fn detail(v: &LockView) -> String {
         ("state", if v.held { "held" } else { "free" }.to_owned()),
         ("ttl", v.pttl_ms.map_or_else(|| "-".to_owned(), format_pttl)),
     ];
+    for w in &v.wrong_type {
+        facts.push((
+            "wrong type",
+            format!(
+                "{}; dlock's clients fail with WrongType on this lock: move that data elsewhere",
+                wrong_type(w)
+            ),
+        ));
+    }
     if let Some(n) = v.waiting {
         facts.push(("waiting", format!("{n} client(s) subscribed")));
     }
@@ -157,6 +173,11 @@ pub fn short_owner(owner: &str) -> String {
     }
 }
 
+/// `` `dlock:{x}` holds a string, not a hash ``.
+pub fn wrong_type(w: &WrongType) -> String {
+    format!("`{}` holds a {}, not a {}", w.key, w.holds, w.expected)
+}
+
 fn or_dash(s: String) -> String {
     if s.is_empty() {
         "-".to_owned()
@@ -185,6 +206,7 @@ mod tests {
             writer_waiting: None,
             queue: None,
             permits: None,
+            wrong_type: vec![],
         }
     }
 

@@ -35,6 +35,14 @@ pub async fn run(
 ) -> Result<bool, String> {
     let mut dep = Deployment::open(target).await?;
     let views = list::read_kinds(&mut dep, prefix, name, kind).await?;
+    // Somebody else's data under a lock's key: the force-unlock scripts refuse to delete it,
+    // and so does this command, before asking anything.
+    if let Some(w) = views.iter().flat_map(|(_, v)| &v.wrong_type).next() {
+        return Err(format!(
+            "`{name}` is not a lock: {}; dlock does not delete data it did not write",
+            table::wrong_type(w)
+        ));
+    }
     let held: Vec<_> = views.iter().filter(|(_, v)| v.held).collect();
     let (layout, view) = match held.as_slice() {
         [one] => *one,

@@ -495,3 +495,56 @@ async fn unlock_refuses_without_force() {
     assert_eq!(out.status.code(), Some(2), "a usage error");
     assert!(text(&out.stderr).contains("--force"));
 }
+
+#[tokio::test]
+async fn a_key_of_another_type_under_the_prefix_is_flagged_and_the_rest_listed() {
+    let server = RedisServer::start().expect("start redis-server");
+    let url = server.url();
+    let a = client(&server).await;
+    let held = a.lock("order:1").acquire().await.expect("acquire order:1");
+    let mut raw = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // Somebody's own data where a plain lock and a semaphore would keep theirs.
+    let _: () = raw.set("dlock:{junk}", "not a lock").await.unwrap();
+    let _: () = raw.hset("dlock:{jobs}:sem", "x", 1).await.unwrap();
+
+    let list = dlock_json(&["list", "--url", &url]).await;
+    assert_eq!(entry(&list, "order:1", "plain")["held"], true, "{list:#}");
+    let junk = entry(&list, "junk", "plain");
+    assert_eq!(
+        junk["wrong_type"],
+        serde_json::json!([{"key": "dlock:{junk}", "holds": "string", "expected": "hash"}])
+    );
+    assert_eq!(junk["held"], false);
+    let jobs = entry(&list, "jobs", "semaphore");
+    assert_eq!(jobs["wrong_type"][0]["holds"], "hash");
+    assert_eq!(jobs["wrong_type"][0]["expected"], "zset");
+
+    let out = dlock(&["list", "--url", &url]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(
+        table.lines().any(|l| l.starts_with("junk")
+            && l.contains("WRONG TYPE: `dlock:{junk}` holds a string, not a hash")),
+        "{table}"
+    );
+
+    let out = dlock(&["show", "junk", "--url", &url]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("wrong type  `dlock:{junk}` holds a string"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = dlock(&["unlock", "junk", "--force", "--yes", "--url", &url]).await;
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("`junk` is not a lock"), "{err}");
+    let left: String = raw.get("dlock:{junk}").await.unwrap();
+    assert_eq!(left, "not a lock", "the data is left alone");
+    drop(held);
+}
