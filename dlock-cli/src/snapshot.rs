@@ -25,10 +25,13 @@ pub struct LockView {
     pub holders: Vec<Holder>,
     /// The main key's PTTL: `None` when it does not exist, -1 without expiry.
     pub pttl_ms: Option<i64>,
-    /// Clients subscribed to be woken: on the lock's release channel, or for a fair lock on
-    /// its queued owners' grant channels. One per waiting *client*, however many of its tasks
-    /// wait (they queue locally). `None` when not counted (`watch`).
-    pub waiting: Option<u64>,
+    /// Waiting *clients*, not tasks: those subscribed to be woken, on the lock's release
+    /// channel, or for a fair lock on its queued owners' grant channels. The tasks of one
+    /// client queue inside it and only the first subscribes, so a client counts once however
+    /// many of its tasks wait; tasks waiting inside the holder's own client are not subscribed
+    /// at all (the holder hands the lock to them directly) and cannot be seen from outside.
+    /// `None` when not counted (`watch`) or not countable (PostgreSQL: LISTEN is per session).
+    pub waiting_clients: Option<u64>,
     /// Read-write lock: `read` or `write`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
@@ -110,7 +113,7 @@ pub async fn read(conn: &mut Keyed, layout: &Layout) -> Result<LockView, String>
         held: false,
         holders: Vec::new(),
         pttl_ms: None,
-        waiting: None,
+        waiting_clients: None,
         mode: None,
         writer_waiting: None,
         queue: None,
@@ -316,7 +319,7 @@ fn permit_holders(entries: &[(String, f64)], now_ms: i64) -> Vec<Holder> {
     holders
 }
 
-/// Fills in `waiting` for each view: PUBSUB NUMSUB of its channels on every node a waiter may
+/// Fills in `waiting_clients` for each view: PUBSUB NUMSUB of its channels on every node a waiter may
 /// be subscribed on, added up (a subscription lives on one node only).
 pub async fn count_waiting(
     dep: &mut Deployment,
@@ -351,7 +354,7 @@ pub async fn count_waiting(
             .iter()
             .map(|c| counts.get(c).copied().unwrap_or(0))
             .sum();
-        view.waiting = Some(n);
+        view.waiting_clients = Some(n);
     }
     Ok(())
 }

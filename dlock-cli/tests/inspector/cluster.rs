@@ -94,7 +94,7 @@ async fn list_walks_every_master_counts_waiters_on_every_node_and_unlock_wakes_t
     );
     until("the report waiter queued and subscribed", || async {
         let shown = dlock_json(&["show", "report", "--kind", "fair", "--cluster", &seeds]).await;
-        shown[0]["queue"].as_array().map(Vec::len) == Some(1) && shown[0]["waiting"] == 1
+        shown[0]["queue"].as_array().map(Vec::len) == Some(1) && shown[0]["waiting_clients"] == 1
     })
     .await;
 
@@ -110,7 +110,7 @@ async fn list_walks_every_master_counts_waiters_on_every_node_and_unlock_wakes_t
             "{e}"
         );
         let expected_waiting = if *name == waited { 1 } else { 0 };
-        assert_eq!(e["waiting"], expected_waiting, "{e}");
+        assert_eq!(e["waiting_clients"], expected_waiting, "{e}");
     }
     assert_eq!(
         entry(&list, "report", "fair")["queue"]
@@ -119,7 +119,7 @@ async fn list_walks_every_master_counts_waiters_on_every_node_and_unlock_wakes_t
             .len(),
         1
     );
-    assert_eq!(entry(&list, "report", "fair")["waiting"], 1);
+    assert_eq!(entry(&list, "report", "fair")["waiting_clients"], 1);
     assert_eq!(
         entry(&list, "exports", "semaphore")["permits"],
         serde_json::json!({"used": 2, "total": 3})
