@@ -55,7 +55,8 @@ pub struct Target {
     pub master: Option<String>,
 
     /// The primary's ACL user (Sentinel only; other deployments take it in their URLs).
-    #[arg(long, global = true, env = "DLOCK_MASTER_USER")]
+    // Without hide_env_values clap renders the unset variable as `[env: DLOCK_MASTER_USER=]`.
+    #[arg(long, global = true, env = "DLOCK_MASTER_USER", hide_env_values = true)]
     pub master_user: Option<String>,
 
     /// The primary's password (Sentinel only).

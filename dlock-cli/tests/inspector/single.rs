@@ -600,3 +600,15 @@ async fn the_waiting_column_counts_clients_not_tasks() {
             .expect("acquired");
     }
 }
+
+#[tokio::test]
+async fn help_names_the_environment_variables_without_a_stray_equals_sign() {
+    let out = std::process::Command::new(BIN)
+        .arg("--help")
+        .env_remove("DLOCK_MASTER_USER")
+        .output()
+        .unwrap();
+    let help = text(&out.stdout);
+    assert!(help.contains("[env: DLOCK_MASTER_USER]"), "{help}");
+    assert!(!help.contains("DLOCK_MASTER_USER="), "{help}");
+}
