@@ -88,9 +88,16 @@ impl Target {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Every lock that is held or queued for: name, kind, holders, TTL, waiters, queue,
-    /// semaphore permits.
-    List,
+    /// Every lock that is held or queued for: name, kind, holders, TTL, waiting clients,
+    /// queue, semaphore permits.
+    List {
+        /// Also look for Redisson-layout locks (`redisson_lock`, `redisson_fenced_lock`,
+        /// `redisson_read_write_lock`): they have no prefix, so this walks every hash of the
+        /// keyspace (SCAN TYPE hash, then only hashes with an expiry and at most 64 fields have
+        /// their field names checked, and only Redisson-shaped ones are read).
+        #[arg(long)]
+        redisson: bool,
+    },
     /// One lock in detail (every kind of that name, unless --kind).
     Show {
         /// The lock's name, as the application gives it (e.g. `order:42`).
@@ -138,6 +145,12 @@ pub enum KindArg {
     Fair,
     #[value(alias = "sem")]
     Semaphore,
+    /// Redisson's `RLock` / `RFencedLock` layout (`redisson_lock`, `redisson_fenced_lock`).
+    #[value(alias = "redisson-fenced", alias = "redisson_fenced")]
+    Redisson,
+    /// Redisson's `RReadWriteLock` layout (`redisson_read_write_lock`).
+    #[value(alias = "redisson_rw")]
+    RedissonRw,
 }
 
 impl From<KindArg> for Kind {
@@ -147,6 +160,8 @@ impl From<KindArg> for Kind {
             KindArg::Rw => Kind::ReadWrite,
             KindArg::Fair => Kind::Fair,
             KindArg::Semaphore => Kind::Semaphore,
+            KindArg::Redisson => Kind::Redisson,
+            KindArg::RedissonRw => Kind::RedissonReadWrite,
         }
     }
 }

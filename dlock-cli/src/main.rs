@@ -50,7 +50,9 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<bool, String> {
     let (target, prefix, json) = (&cli.target, cli.prefix.as_str(), cli.json);
     match cli.command {
-        Command::List => list::list(target, prefix, json).await.map(|()| true),
+        Command::List { redisson } => list::list(target, prefix, json, redisson)
+            .await
+            .map(|()| true),
         Command::Show { name, kind } => list::show(target, prefix, json, &name, kind)
             .await
             .map(|()| true),

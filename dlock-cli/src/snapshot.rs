@@ -6,7 +6,8 @@
 
 use std::collections::HashMap;
 
-use dlock_runtime::inspect::{Kind, Layout};
+use dlock_runtime::inspect::{redisson_kind, Kind, Layout};
+use dlock_runtime::redis::aio::ConnectionLike;
 use dlock_runtime::redis::{self, Value};
 use serde::Serialize;
 
@@ -16,7 +17,8 @@ use crate::deployment::{Deployment, Keyed};
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct LockView {
     pub name: String,
-    /// `plain`, `rw`, `fair` or `semaphore`.
+    /// `plain`, `rw`, `fair`, `semaphore`, or Redisson's layout: `redisson`,
+    /// `redisson-fenced` (the same lock, its token counter present), `redisson-rw`.
     pub kind: &'static str,
     /// The main key (the holders).
     pub key: String,
@@ -63,6 +65,8 @@ pub struct WrongType {
 #[derive(Serialize, Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Holder {
     /// `<client id>:<sequence>`: the client id is the holder's `LockClient::client_id`.
+    /// Redisson's kinds: `<uuid>:<thread id>` (for a dlock client, the uuid is
+    /// `dlock::inspect::redisson_uuid(client_id)`).
     pub owner: String,
     /// Hold count (re-entries); 1 for a permit.
     pub count: i64,
@@ -102,24 +106,35 @@ impl LockView {
     }
 }
 
-/// Reads the lock of `layout` (waiters not counted: see [`count_waiting`]).
+impl LockView {
+    /// Nothing known yet of the lock of `layout`.
+    fn empty(layout: &Layout) -> LockView {
+        LockView {
+            name: layout.name.clone(),
+            kind: layout.kind.as_str(),
+            key: layout.key.clone(),
+            held: false,
+            holders: Vec::new(),
+            pttl_ms: None,
+            waiting_clients: None,
+            mode: None,
+            writer_waiting: None,
+            queue: None,
+            permits: None,
+            wrong_type: Vec::new(),
+        }
+    }
+}
+
+/// Reads the lock of `layout` (waiters not counted: see [`count_waiting`]). A Redisson kind is
+/// read as whichever Redisson kind its hash is: see [`read_redisson`].
 pub async fn read(conn: &mut Keyed, layout: &Layout) -> Result<LockView, String> {
+    if layout.kind.is_redisson() {
+        return read_redisson(conn, layout).await.map(|(_, view)| view);
+    }
     let failed =
         |e: &dyn std::fmt::Display| format!("reading {} lock `{}`: {e}", layout.kind, layout.name);
-    let mut view = LockView {
-        name: layout.name.clone(),
-        kind: layout.kind.as_str(),
-        key: layout.key.clone(),
-        held: false,
-        holders: Vec::new(),
-        pttl_ms: None,
-        waiting_clients: None,
-        mode: None,
-        writer_waiting: None,
-        queue: None,
-        permits: None,
-        wrong_type: Vec::new(),
-    };
+    let mut view = LockView::empty(layout);
     let mut pipe = redis::pipe();
     // One key of another type must not fail the whole read (nor a whole `list`): errors come
     // back per command, and a WRONGTYPE among them is looked into below.
@@ -246,6 +261,108 @@ async fn wrong_types(conn: &mut Keyed, layout: &Layout) -> redis::RedisResult<Ve
         .collect())
 }
 
+/// Fields a hash may have and still be looked at as a Redisson lock (one per holding thread,
+/// plus `mode`): a larger hash is somebody's data, and is not read.
+pub const REDISSON_MAX_FIELDS: usize = 64;
+
+/// Reads the hash at `layout.key` as a lock in Redisson's layout: the layout of the Redisson
+/// kind it is (a fenced lock when its token counter exists), and its view. A key of another
+/// type, or a hash of another shape (or too large to be a lock), is flagged in `wrong_type`;
+/// a missing key is a free lock.
+pub async fn read_redisson(
+    conn: &mut (impl ConnectionLike + Send),
+    layout: &Layout,
+) -> Result<(Layout, LockView), String> {
+    let failed =
+        |e: &dyn std::fmt::Display| format!("reading Redisson lock `{}`: {e}", layout.name);
+    let counter = Layout::new("", Kind::Redisson, &layout.name).fence;
+    let mut pipe = redis::pipe();
+    // HLEN fails on another type: its error comes back with the rest.
+    pipe.ignore_errors();
+    pipe.cmd("TYPE").arg(&layout.key);
+    pipe.cmd("HLEN").arg(&layout.key);
+    pipe.cmd("EXISTS").arg(counter.as_deref());
+    let replies: Vec<Value> = pipe.query_async(conn).await.map_err(|e| failed(&e))?;
+    let mut replies = replies.into_iter();
+    let mut next = || replies.next().unwrap_or(Value::Nil);
+    let holds: String = from(next()).map_err(|e| failed(&e))?;
+    let len = next();
+    let fenced: bool = from(next()).map_err(|e| failed(&e))?;
+    let view = LockView::empty(layout);
+    let flag = |mut view: LockView, holds: String, expected| {
+        view.wrong_type.push(WrongType {
+            key: layout.key.clone(),
+            holds,
+            expected,
+        });
+        Ok((layout.clone(), view))
+    };
+    match holds.as_str() {
+        "none" => return Ok((layout.clone(), view)),
+        "hash" => {}
+        _ => return flag(view, holds, "hash"),
+    }
+    let len: usize = from(len).map_err(|e| failed(&e))?;
+    if len > REDISSON_MAX_FIELDS {
+        return flag(view, format!("hash of {len} fields"), "Redisson lock hash");
+    }
+    let (fields, pttl): (Vec<(String, String)>, i64) = redis::pipe()
+        .cmd("HGETALL")
+        .arg(&layout.key)
+        .cmd("PTTL")
+        .arg(&layout.key)
+        .query_async(conn)
+        .await
+        .map_err(|e| failed(&e))?;
+    let Some(kind) = redisson_kind(&fields) else {
+        // Freed between the two reads: a free lock, not somebody's data.
+        if fields.is_empty() {
+            return Ok((layout.clone(), view));
+        }
+        return flag(
+            view,
+            "hash of other fields".to_owned(),
+            "Redisson lock hash",
+        );
+    };
+    let layout = Layout::new("", kind, &layout.name);
+    let mut view = LockView::empty(&layout);
+    view.kind = match kind {
+        Kind::Redisson if fenced => "redisson-fenced",
+        other => other.as_str(),
+    };
+    view.pttl_ms = (pttl != -2).then_some(pttl);
+    view.holders = redisson_holders(&fields, &mut view.mode);
+    view.held = !view.holders.is_empty();
+    Ok((layout, view))
+}
+
+/// A Redisson hash's holders (`<uuid>:<thread id>` -> count; `…:write` a writer) and its mode.
+fn redisson_holders(fields: &[(String, String)], mode: &mut Option<String>) -> Vec<Holder> {
+    let rw = fields.iter().any(|(f, _)| f == "mode");
+    let mut holders: Vec<Holder> = fields
+        .iter()
+        .filter_map(|(field, value)| {
+            if field == "mode" {
+                *mode = Some(value.clone());
+                return None;
+            }
+            let (owner, side) = match field.strip_suffix(":write") {
+                Some(owner) => (owner, Some("write")),
+                None => (field.as_str(), rw.then_some("read")),
+            };
+            Some(Holder {
+                owner: owner.to_owned(),
+                count: value.parse().unwrap_or(0),
+                side,
+                ttl_ms: None,
+            })
+        })
+        .collect();
+    holders.sort();
+    holders
+}
+
 fn from<T: redis::FromRedisValue>(v: Value) -> Result<T, impl std::fmt::Display> {
     redis::from_redis_value(v)
 }
@@ -349,6 +466,11 @@ pub async fn count_waiting(
         }
     }
     for (layout, view) in views.iter_mut() {
+        if dep.cluster && layout.kind.is_redisson() {
+            // Not counted rather than a wrong 0: see `Deployment::cluster`.
+            view.waiting_clients = None;
+            continue;
+        }
         let n = view
             .wait_channels(layout)
             .iter()

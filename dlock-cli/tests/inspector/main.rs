@@ -4,6 +4,7 @@
 
 mod cluster;
 mod common;
+mod redisson;
 mod sentinel;
 mod single;
 mod tls;

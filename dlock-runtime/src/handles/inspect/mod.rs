@@ -30,6 +30,18 @@
 //!
 //! The main key exists exactly while somebody holds the lock (or, for a fair lock, while a
 //! grant waits for its new owner); a fair queue can outlive it for a moment.
+//!
+//! # Redisson's kinds
+//!
+//! [`LockClient::redisson_lock`], [`LockClient::redisson_fenced_lock`] and
+//! [`LockClient::redisson_read_write_lock`] write Redisson's layout, not the table above: one
+//! hash named as the lock itself (no prefix), fields `<uuid>:<thread id>` -> hold count, and for
+//! a read-write lock a `mode` field (`read` or `write`) and `<uuid>:<thread id>:write` for the
+//! writer. Having no prefix, they are not found by [`parse_key`]: [`redisson_kind`] tells such
+//! a hash apart by the shape of its fields. A fenced lock is the same hash plus its token
+//! counter `redisson_lock_token:{<name>}` ([`Layout::fence`]), which outlives the lock.
+
+mod redisson;
 
 use std::sync::Arc;
 
@@ -38,6 +50,8 @@ use crate::error::LockError;
 use crate::handles::client::LockClient;
 use crate::handles::lock::Lock;
 use crate::kinds::{self, LockKind};
+
+pub use redisson::{redisson_kind, redisson_uuid};
 
 /// A kind of lock, as far as its keys go (the read and write sides of one read-write lock
 /// share theirs).
@@ -52,34 +66,66 @@ pub enum Kind {
     Fair,
     /// [`LockClient::semaphore`].
     Semaphore,
+    /// [`LockClient::redisson_lock`] and [`LockClient::redisson_fenced_lock`] (Redisson's
+    /// `RLock` and `RFencedLock`: one lock, the fenced one also counts its grants).
+    Redisson,
+    /// [`LockClient::redisson_read_write_lock`] (Redisson's `RReadWriteLock`).
+    RedissonReadWrite,
 }
 
 impl Kind {
-    /// Every kind, in the order tools list them.
+    /// Every kind keyed under the prefix, in the order tools list them.
     pub const ALL: [Kind; 4] = [Kind::Plain, Kind::ReadWrite, Kind::Fair, Kind::Semaphore];
 
-    /// A short stable name: `plain`, `rw`, `fair`, `semaphore`.
+    /// The kinds in Redisson's layout (no prefix: see the module docs).
+    pub const REDISSON: [Kind; 2] = [Kind::Redisson, Kind::RedissonReadWrite];
+
+    /// A short stable name: `plain`, `rw`, `fair`, `semaphore`, `redisson`, `redisson-rw`.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Plain => "plain",
             Kind::ReadWrite => "rw",
             Kind::Fair => "fair",
             Kind::Semaphore => "semaphore",
+            Kind::Redisson => "redisson",
+            Kind::RedissonReadWrite => "redisson-rw",
         }
     }
 
-    /// The runtime's own description of the kind's keys (the write side stands for both
-    /// sides of a read-write lock; the semaphore's permit count plays no part in its keys).
-    fn seam(self) -> Arc<dyn LockKind> {
+    /// Whether the kind writes Redisson's layout (the lock's name is its key, no prefix).
+    pub fn is_redisson(self) -> bool {
+        matches!(self, Kind::Redisson | Kind::RedissonReadWrite)
+    }
+
+    /// The runtime's own description of the kind's keys, as a client with `sharded` pub/sub
+    /// uses it (only the Redisson kinds care); for a force unlock, the sides it takes in turn.
+    /// The write side stands for both sides of dlock's read-write lock (its force unlock
+    /// deletes both); Redisson's deletes one side only in its own mode, so both are tried. The
+    /// semaphore's permit count plays no part in its keys.
+    fn seams(self, sharded: bool) -> Vec<Arc<dyn LockKind>> {
         match self {
-            Kind::Plain => Arc::new(kinds::Plain),
-            Kind::ReadWrite => Arc::new(kinds::Write),
-            Kind::Fair => Arc::new(kinds::Fair),
-            Kind::Semaphore => Arc::new(kinds::Semaphore { permits: 1 }),
+            Kind::Plain => vec![Arc::new(kinds::Plain)],
+            Kind::ReadWrite => vec![Arc::new(kinds::Write)],
+            Kind::Fair => vec![Arc::new(kinds::Fair)],
+            Kind::Semaphore => vec![Arc::new(kinds::Semaphore { permits: 1 })],
+            // RLock's and RFencedLock's force unlocks are one script: the same hash.
+            Kind::Redisson => vec![Arc::new(kinds::RedissonLock {
+                sharded,
+                fenced: false,
+            })],
+            Kind::RedissonReadWrite => vec![
+                Arc::new(kinds::RedissonWrite { sharded }),
+                Arc::new(kinds::RedissonRead { sharded }),
+            ],
         }
     }
 
-    /// What follows the hash tag in the kind's main key (`:rw`; empty for the plain lock).
+    fn seam(self) -> Arc<dyn LockKind> {
+        self.seams(false).swap_remove(0)
+    }
+
+    /// What follows the hash tag in the kind's main key (`:rw`; empty for the plain lock and
+    /// for Redisson's kinds, whose key is the bare name).
     pub fn suffix(self) -> &'static str {
         self.seam().key_suffix()
     }
@@ -126,7 +172,9 @@ pub struct Layout {
     pub channel: String,
     /// The fencing counter (no semaphore has one): the one of the lock's cluster slot,
     /// `<prefix>fence:{<t>}`, shared by every lock whose key is in that slot. It belongs to no
-    /// single lock, so [`parse_key`] reads it as foreign.
+    /// single lock, so [`parse_key`] reads it as foreign. For [`Kind::Redisson`],
+    /// `RFencedLock`'s own counter `redisson_lock_token:{<name>}` (present once a fenced lock
+    /// of that name was granted); `None` for [`Kind::RedissonReadWrite`].
     pub fence: Option<String>,
     /// A fair lock's queue.
     pub queue: Option<String>,
@@ -143,7 +191,24 @@ pub struct Layout {
 impl Layout {
     /// The keys of the lock `name` of `kind` under the key `prefix` (the client's
     /// `key_prefix`, [`DEFAULT_PREFIX`](crate::DEFAULT_PREFIX) unless changed).
+    /// The Redisson kinds ignore `prefix`: their key is `name`.
     pub fn new(prefix: &str, kind: Kind, name: &str) -> Self {
+        if kind.is_redisson() {
+            let keys = kind.seam().keys(prefix, name);
+            return Layout {
+                kind,
+                name: name.to_owned(),
+                // RFencedLock's token counter; RReadWriteLock keeps none.
+                fence: (kind == Kind::Redisson).then_some(keys.counter),
+                queue: None,
+                keep_alive: None,
+                readers: None,
+                writer_waiting: None,
+                permits: None,
+                channel: keys.channel,
+                key: keys.key,
+            };
+        }
         let keys = LockKeys::new(prefix, name, kind.suffix());
         let beside = |on: bool, suffix: &str| on.then(|| format!("{}{suffix}", keys.key));
         Layout {
@@ -248,11 +313,16 @@ fn unescape(escaped: &str) -> Option<String> {
 
 /// Deletes the lock `name` of `kind`, whoever holds it, and wakes its waiters, exactly as the
 /// kind's own handle does ([`Lock::force_unlock`]): `true` if it was held. A semaphore loses
-/// every permit at once.
+/// every permit at once; a Redisson read-write lock both sides (its writer's force unlock,
+/// then its readers').
 pub async fn force_unlock(client: &LockClient, kind: Kind, name: &str) -> Result<bool, LockError> {
-    Lock::of_kind(client.shared.clone(), name.to_owned(), kind.seam())
-        .force_unlock()
-        .await
+    let mut deleted = false;
+    for seam in kind.seams(client.shared.sharded_pubsub) {
+        deleted |= Lock::of_kind(client.shared.clone(), name.to_owned(), seam)
+            .force_unlock()
+            .await?;
+    }
+    Ok(deleted)
 }
 
 /// `url` with its password (and a password in its query) replaced by `***`, as the client
@@ -317,6 +387,22 @@ mod tests {
             Some("p:{n}:fair:grant:o:1")
         );
         assert_eq!(Layout::new("p:", Kind::Plain, "n").key, "p:{n}");
+        // Redisson's kinds: the bare name, Redisson's channels and RFencedLock's counter.
+        let r = Layout::new("p:", Kind::Redisson, "n");
+        assert_eq!(
+            (r.key.as_str(), r.channel.as_str(), r.fence.as_deref()),
+            (
+                "n",
+                "redisson_lock__channel:{n}",
+                Some("redisson_lock_token:{n}")
+            )
+        );
+        let rw = Layout::new("p:", Kind::RedissonReadWrite, "n");
+        assert_eq!(
+            (rw.key.as_str(), rw.channel.as_str()),
+            ("n", "redisson_rwlock:{n}")
+        );
+        assert_eq!(rw.fence, None);
     }
 
     #[test]
