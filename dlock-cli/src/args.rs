@@ -1,4 +1,4 @@
-//! The command line: where Redis is, and what to do.
+//! The command line: where the locks are, and what to do.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,7 +8,7 @@ use dlock_runtime::inspect::Kind;
 
 use crate::duration::parse_duration;
 
-/// Inspect dlock's Redis locks: who holds what, for how long, and who waits.
+/// Inspect dlock's locks (Redis or PostgreSQL): who holds what, for how long, and who waits.
 #[derive(Parser, Debug)]
 #[command(name = "dlock", version)]
 pub struct Cli {
@@ -30,7 +30,8 @@ pub struct Cli {
 /// Where the locks are: the same deployments and URLs as the client takes.
 #[derive(Args, Debug, Clone)]
 pub struct Target {
-    /// One server (`redis://[user:password@]host:port/db`, `rediss://` for TLS). Default:
+    /// One server (`redis://[user:password@]host:port/db`, `rediss://` for TLS), or a
+    /// PostgreSQL store (`postgres://user:password@host:port/db`). Default:
     /// redis://127.0.0.1:6379.
     // The environment may hold a password: never shown in --help.
     #[arg(long, global = true, env = "DLOCK_URL", hide_env_values = true,
@@ -72,6 +73,10 @@ pub struct Target {
     #[arg(long, global = true)]
     pub tls_ca: Option<PathBuf>,
 
+    /// The PostgreSQL schema the clients keep their tables in (their `postgres_schema`).
+    #[arg(long, global = true, default_value = dlock_runtime::inspect::DEFAULT_POSTGRES_SCHEMA)]
+    pub postgres_schema: String,
+
     /// How long to wait for a connection or an answer.
     #[arg(long, global = true, default_value = "5s", value_parser = parse_duration)]
     pub timeout: Duration,
@@ -83,6 +88,14 @@ impl Target {
         self.url
             .clone()
             .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned())
+    }
+
+    /// Whether `--url` names a PostgreSQL store (`postgres://` or `postgresql://`), as the
+    /// client decides it.
+    pub fn is_postgres(&self) -> bool {
+        self.url
+            .as_deref()
+            .is_some_and(dlock_runtime::inspect::is_postgres_url)
     }
 }
 

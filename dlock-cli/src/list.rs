@@ -5,39 +5,26 @@ use dlock_runtime::inspect::{Kind, Layout};
 use crate::args::{KindArg, Target};
 use crate::deployment::Deployment;
 use crate::snapshot::{self, LockView};
-use crate::{output, scan, table};
+use crate::source::Source;
+use crate::{output, table};
 
 /// Every lock in use under `prefix`, on every master; with `redisson`, the locks in Redisson's
 /// layout too.
 pub async fn list(target: &Target, prefix: &str, json: bool, redisson: bool) -> Result<(), String> {
-    let mut dep = Deployment::open(target).await?;
-    let layouts = scan::find(&mut dep, prefix).await?;
-    let mut views = Vec::with_capacity(layouts.len());
-    for layout in layouts {
-        let view = snapshot::read(&mut dep.keyed, &layout).await?;
-        // Freed between the SCAN and the read: nothing to show any more.
-        if view.in_use() {
-            views.push((layout, view));
-        }
-    }
-    if redisson {
-        views.extend(scan::find_redisson(&mut dep).await?);
-        views.sort_by(|(a, _), (b, _)| (&a.name, a.kind).cmp(&(&b.name, b.kind)));
-    }
-    snapshot::count_waiting(&mut dep, &mut views).await?;
-    let views: Vec<LockView> = views.into_iter().map(|(_, v)| v).collect();
+    let mut source = Source::open(target, prefix).await?;
+    let views = source.list(prefix, redisson).await;
+    let shown = source.shown().to_owned();
+    source.close().await;
+    let views: Vec<LockView> = views?.into_iter().map(|(_, v)| v).collect();
     if json {
         output::json(&views);
     } else if views.is_empty() {
-        let redisson = if redisson {
-            " nor in Redisson's layout"
-        } else {
-            " (Redisson-layout locks are looked for with --redisson)"
+        let redisson = match (redisson, target.is_postgres()) {
+            (_, true) => "",
+            (true, false) => " nor in Redisson's layout",
+            (false, false) => " (Redisson-layout locks are looked for with --redisson)",
         };
-        eprintln!(
-            "no lock held under prefix `{prefix}`{redisson} on {}",
-            dep.shown
-        );
+        eprintln!("no lock held under prefix `{prefix}`{redisson} on {shown}");
     } else {
         output::text(&table::list(&views));
     }
@@ -52,8 +39,10 @@ pub async fn show(
     name: &str,
     kind: Option<KindArg>,
 ) -> Result<(), String> {
-    let mut dep = Deployment::open(target).await?;
-    let views = read_kinds(&mut dep, prefix, name, kind).await?;
+    let mut source = Source::open(target, prefix).await?;
+    let views = source.read_kinds(prefix, name, kind).await;
+    source.close().await;
+    let views = views?;
     if json {
         output::json(&views.iter().map(|(_, v)| v).collect::<Vec<_>>());
     } else if views.is_empty() {

@@ -108,7 +108,7 @@ impl LockView {
 
 impl LockView {
     /// Nothing known yet of the lock of `layout`.
-    fn empty(layout: &Layout) -> LockView {
+    pub fn empty(layout: &Layout) -> LockView {
         LockView {
             name: layout.name.clone(),
             kind: layout.kind.as_str(),

@@ -232,8 +232,11 @@
 //!   [`LockClient::semaphore`], [`LockClient::multi_lock`] and the attribute's `kind`s for
 //!   them. Not offered yet, and refused at the acquire with an error naming the store and the
 //!   kind: the fair lock and the Redisson kinds. Redis-only, refused the same way:
-//!   `SegmentedStock`, `dlock::inspect`, `synced_replicas` (use `synchronous_commit` and
+//!   `SegmentedStock`, `synced_replicas` (use `synchronous_commit` and
 //!   `synchronous_standby_names` on the server) and TLS (the store connects without it).
+//! * **Inspecting**: `dlock::inspect::stored_locks` reads every lock of the schema (holders,
+//!   leases by the server's clock, permit counts, waiting writers), and
+//!   `dlock::inspect::force_unlock` works as on Redis; the `dlock` inspector uses both.
 //! * **Versions**: PostgreSQL 15, as CI checks it (`tests/stores` runs every shared behaviour
 //!   test against Redis and PostgreSQL from one body).
 //!

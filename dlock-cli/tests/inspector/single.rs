@@ -612,3 +612,18 @@ async fn help_names_the_environment_variables_without_a_stray_equals_sign() {
     assert!(help.contains("[env: DLOCK_MASTER_USER]"), "{help}");
     assert!(!help.contains("DLOCK_MASTER_USER="), "{help}");
 }
+
+#[tokio::test]
+async fn stored_locks_refuses_redis_and_says_what_to_do_instead() {
+    let server = RedisServer::start().expect("start redis-server");
+    let a = client(&server).await;
+    let err = dlock_runtime::inspect::stored_locks(&a, None)
+        .await
+        .expect_err("Redis answers no such query");
+    let message = err.to_string();
+    assert!(
+        message.contains("stores that answer queries (PostgreSQL)")
+            && message.contains("scan its keys"),
+        "{message}"
+    );
+}

@@ -1,6 +1,7 @@
 //! What each kind of lock keeps in Redis, for tools that read it (the `dlock` inspector of
 //! the `dlock-redis-cli` package): which keys belong to a lock, how a key found by `SCAN`
-//! reads back as a lock name and kind, and a force-unlock by kind.
+//! reads back as a lock name and kind, and a force-unlock by kind. A store that answers
+//! queries (PostgreSQL) is read with [`stored_locks`] instead; its keys are the same strings.
 //!
 //! ```
 //! # extern crate dlock_runtime as dlock;
@@ -42,6 +43,7 @@
 //! counter `redisson_lock_token:{<name>}` ([`Layout::fence`]), which outlives the lock.
 
 mod redisson;
+mod stored;
 
 use std::sync::Arc;
 
@@ -51,7 +53,13 @@ use crate::handles::client::LockClient;
 use crate::handles::lock::Lock;
 use crate::kinds::{self, LockKind};
 
+pub use crate::store::stored::{StoredHold, StoredLock};
 pub use redisson::{redisson_kind, redisson_uuid};
+pub use stored::stored_locks;
+
+/// The PostgreSQL schema a client keeps its tables in unless its builder names another
+/// (`LockClientBuilder::postgres_schema`).
+pub const DEFAULT_POSTGRES_SCHEMA: &str = crate::settings::DEFAULT_POSTGRES_SCHEMA;
 
 /// A kind of lock, as far as its keys go (the read and write sides of one read-write lock
 /// share theirs).
@@ -323,6 +331,19 @@ pub async fn force_unlock(client: &LockClient, kind: Kind, name: &str) -> Result
             .await?;
     }
     Ok(deleted)
+}
+
+/// Whether a client of `url` keeps its locks in PostgreSQL (`postgres://` or
+/// `postgresql://`; only with the `postgres` feature does a client open one), as the client
+/// decides it.
+///
+/// ```
+/// # extern crate dlock_runtime as dlock;
+/// assert!(dlock::inspect::is_postgres_url("postgresql://u@h/db"));
+/// assert!(!dlock::inspect::is_postgres_url("redis://h:6379"));
+/// ```
+pub fn is_postgres_url(url: &str) -> bool {
+    crate::settings::is_postgres_url(url)
 }
 
 /// `url` with its password (and a password in its query) replaced by `***`, as the client
