@@ -1,7 +1,7 @@
 //! Telling a hash in Redisson's lock layout apart from other data, for tools that look for
 //! Redisson-kind locks without a prefix to go by.
 
-use super::Kind;
+use super::layout::Kind;
 use crate::kinds;
 
 /// The UUID that stands for the client `client_id` ([`LockClient::client_id`]) in the fields

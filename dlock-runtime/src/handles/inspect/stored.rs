@@ -1,6 +1,6 @@
 //! Reading the locks of a store that answers queries (PostgreSQL), through a client of it.
 
-use super::{Kind, Layout};
+use super::layout::{Kind, Layout};
 use crate::error::LockError;
 use crate::handles::client::LockClient;
 use crate::store::stored::StoredLock;
