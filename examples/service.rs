@@ -201,7 +201,13 @@ impl IntoResponse for AppError {
             AppError::Lock(e @ LockError::Timeout { .. }) => {
                 (StatusCode::CONFLICT, format!("{e}; retry"))
             }
-            AppError::Lock(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+            // The store is unreachable, loading or failing over (Redis or PostgreSQL alike):
+            // the same request may succeed later.
+            AppError::Lock(e) if e.is_transient() => {
+                (StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+            }
+            // Refused, wrong type, bad settings, a lease that ran out: a retry gives the same.
+            AppError::Lock(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
             AppError::Store(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
             AppError::Gateway(e) => (StatusCode::BAD_GATEWAY, e),
         };

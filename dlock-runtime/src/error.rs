@@ -6,8 +6,9 @@ use std::time::Duration;
 ///
 /// Every variant names the lock (or the Redis URL) it is about, so a log line is enough to act on.
 ///
-/// Mapping it to HTTP status codes in a service: "busy" is the caller's problem to retry,
-/// everything else is the service's.
+/// Mapping it to HTTP status codes in a service: one question, [`LockError::is_transient`],
+/// says whether trying again later can succeed, whatever the store; "busy" is told apart
+/// from "the store is down" by [`LockError::Timeout`].
 ///
 /// ```
 /// # extern crate dlock_runtime as dlock;
@@ -15,33 +16,34 @@ use std::time::Duration;
 ///
 /// fn status(e: &LockError) -> u16 {
 ///     match e {
-///         // Someone else holds it: try again later.
+///         // Someone else holds it: the caller may try again later.
 ///         LockError::Timeout { .. } => 409,
 ///         // Our hold ran out mid-request: the work may be half done, report a conflict.
 ///         LockError::NotHeld { .. } => 409,
-///         // A bug in how the lock is named or configured.
-///         LockError::InvalidArgument { .. }
-///         | LockError::SelfDeadlock { .. }
-///         | LockError::WouldDeadlock { .. } => 500,
-///         // Redis unreachable, not configured, and whatever later versions add.
-///         _ => 503,
+///         // Redis or PostgreSQL unreachable, loading, failing over: try again later.
+///         e if e.is_transient() => 503,
+///         // Refused, wrong type, bad settings, no client installed: trying again will not help.
+///         _ => 500,
 ///     }
 /// }
 ///
-/// let busy = LockError::Timeout { name: "cart:5".into(), waited: std::time::Duration::ZERO };
-/// assert_eq!(status(&busy), 409);
-/// assert_eq!(status(&LockError::NotConfigured), 503);
+/// assert_eq!(status(&LockError::NotConfigured), 500);
+/// assert_eq!(status(&LockError::NotHeld { name: "cart:5".into() }), 409);
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
-    /// The lock was held by another owner for the whole wait.
-    #[error("timed out after {} waiting for lock `{name}` (held by another owner)", Shown(*.waited))]
+    /// The lock was held by another owner (every permit of a semaphore was in use) for the
+    /// whole wait.
+    #[error("timed out after {} waiting for lock `{name}` ({busy})", Shown(*.waited))]
+    #[non_exhaustive]
     Timeout {
         /// The lock's name.
         name: String,
         /// How long this caller waited.
         waited: Duration,
+        /// What kept it out: "held by another owner", "all 2 permits in use".
+        busy: String,
     },
 
     /// Release or renew found that this owner no longer holds the lock: its lease ran out
@@ -201,12 +203,84 @@ impl LockError {
         }
     }
 
+    /// Whether trying the same thing again later can succeed, on every store: `true` for a
+    /// lock held by someone else for the whole wait ([`LockError::Timeout`]), a store that
+    /// could not be reached, did not answer in time, or said "not now" (loading its data, in
+    /// recovery, a cluster or Sentinel failing over), and an acquire that too few replicas
+    /// confirmed; `false` for what gives the same answer every time (a refusal, missing
+    /// rights, a wrong password, a key of another type, bad settings, a self-deadlock, no
+    /// client installed, a closed client) and for [`LockError::NotHeld`], which says a lease
+    /// already ran out: the work done under it must be judged, not repeated blindly.
+    ///
+    /// ```
+    /// # extern crate dlock_runtime as dlock;
+    /// use dlock::LockError;
+    /// let down = LockError::Redis {
+    ///     name: "cart:5".into(),
+    ///     op: "acquire",
+    ///     url: "redis://127.0.0.1:6379".into(),
+    ///     source: dlock::redis::RedisError::from(std::io::Error::from(
+    ///         std::io::ErrorKind::ConnectionRefused,
+    ///     )),
+    /// };
+    /// assert!(down.is_transient());
+    /// assert!(!LockError::NotHeld { name: "cart:5".into() }.is_transient());
+    /// ```
+    pub fn is_transient(&self) -> bool {
+        match self {
+            LockError::Timeout { .. } | LockError::NotSynced { .. } => true,
+            LockError::Redis { source, .. } | LockError::Connect { source, .. } => {
+                redis_is_link_error(source) || redis_is_not_now(source)
+            }
+            LockError::Store { fault, .. } => {
+                matches!(fault, StoreFault::Unreachable | StoreFault::NotNow)
+            }
+            LockError::NotHeld { .. }
+            | LockError::Closed { .. }
+            | LockError::WrongType { .. }
+            | LockError::InvalidArgument { .. }
+            | LockError::SelfDeadlock { .. }
+            | LockError::WouldDeadlock { .. }
+            | LockError::NotConfigured => false,
+        }
+    }
+
+    pub(crate) fn timeout(name: &str, waited: Duration, busy: String) -> Self {
+        LockError::Timeout {
+            name: name.to_owned(),
+            waited,
+            busy,
+        }
+    }
+
     pub(crate) fn invalid(name: &str, reason: impl Into<String>) -> Self {
         LockError::InvalidArgument {
             name: name.to_owned(),
             reason: reason.into(),
         }
     }
+}
+
+/// True when the link to Redis failed rather than Redis answering: the request may have run.
+/// Here, below every layer, so that `LockError` and the retries read failures alike.
+pub(crate) fn redis_is_link_error(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+}
+
+/// True for a server's "not now": `LOADING` (a restart reading its RDB or AOF, for seconds on
+/// a large dataset), `TRYAGAIN` (a multi-key request during a slot migration), `CLUSTERDOWN`,
+/// `MASTERDOWN`. Redis refused before running anything; the same request may succeed later.
+pub(crate) fn redis_is_not_now(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    matches!(
+        e.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+        )
+    )
 }
 
 /// " of lock `name`" (" of item `name`" for a stock operation, " of key `name`" for a fenced
@@ -324,6 +398,7 @@ mod tests {
         let e = LockError::Timeout {
             name: "job".into(),
             waited: Duration::from_micros(5_001_234),
+            busy: "held by another owner".into(),
         };
         assert_eq!(
             e.to_string(),

@@ -227,7 +227,15 @@
 //!   lease end).
 //! * **Schema**: [`LockClientBuilder::postgres_schema`] (default `dlock`), created with its
 //!   tables and functions on first use, in one transaction, safely from many clients at once.
-//!   A role without CREATE gets an error naming the statement an owner must run once.
+//!   A role without CREATE gets an error naming the statement an owner must run once. A
+//!   newer dlock migrates at connect (as a role that may, once); a table it adds is granted to
+//!   the roles that may use the lock rows.
+//! * **Names**: any text, as on Redis. PostgreSQL text cannot hold NUL and an index entry has
+//!   at most 2704 bytes, so the store writes a name's NUL as `%00` and stores a key longer
+//!   than 512 bytes as `sha256:<64 hex digits>` of it; the whole key of such a lock
+//!   (`<prefix>{<percent-escaped name>}<kind suffix>`) is kept in the `long_names` table
+//!   (`key` = the hash, `full_key` = that text) while the lock has rows. Shorter names are
+//!   stored as they are, at no extra cost. A key prefix may not hold NUL on this store.
 //! * **Kinds**: [`LockClient::lock`], [`LockClient::read_write_lock`],
 //!   [`LockClient::semaphore`], [`LockClient::multi_lock`] and the attribute's `kind`s for
 //!   them. Not offered yet, and refused at the acquire with an error naming the store and the

@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod connect;
 mod sentinel;
 mod sentinel_paused;
 mod tls;

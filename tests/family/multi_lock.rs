@@ -152,7 +152,7 @@ async fn a_timeout_on_the_second_lock_gives_the_first_back_and_names_the_second(
     let started = Instant::now();
     let err = multi.acquire().await.expect_err("b is held elsewhere");
     let took = started.elapsed();
-    let LockError::Timeout { name, waited } = &err else {
+    let LockError::Timeout { name, waited, .. } = &err else {
         panic!("expected Timeout, got {err:?}");
     };
     assert_eq!(name, "b", "{err}");

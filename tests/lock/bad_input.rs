@@ -252,6 +252,8 @@ async fn a_non_hash_value_at_the_lock_key_is_wrong_type_and_is_left_alone() {
     wrong_type(lock.acquire().await.map(drop));
     wrong_type(lock.try_acquire().await.map(drop));
     wrong_type(lock.force_unlock().await.map(drop));
+    // Asking whether it is locked says the same, not "yes" (it answered Ok(true) before).
+    wrong_type(lock.is_locked().await.map(drop));
 
     let value: String = dlock::redis::cmd("GET")
         .arg(lock.key())

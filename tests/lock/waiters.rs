@@ -59,7 +59,7 @@ async fn acquire_times_out_after_its_wait_and_try_acquire_returns_at_once() {
         "waited far past wait: {took:?}"
     );
     match &err {
-        LockError::Timeout { name, waited } => {
+        LockError::Timeout { name, waited, .. } => {
             assert_eq!(name, "busy");
             assert!(*waited >= Duration::from_secs(1), "{waited:?}");
         }

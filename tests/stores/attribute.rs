@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use dlock::{distributed_lock, distributed_semaphore, LockClient, LockError};
+use dlock::{current_lock, distributed_lock, distributed_semaphore, LockClient, LockError};
 
 use super::both::stores;
 
@@ -84,5 +84,45 @@ async fn the_same_annotated_functions_run_on_every_store() {
             "{}: held after the body failed",
             store.name()
         );
+    }
+}
+
+/// The read side of a document; inside `edit_doc` it is the writer's own read.
+#[distributed_lock(key = "stores:attr:doc:{id}", kind = "read", client = locks, wait = "0s")]
+async fn read_doc(locks: &LockClient, id: u32) -> Result<bool, AppError> {
+    Ok(current_lock().is_some_and(|l| !l.is_lost()))
+}
+
+/// A writer calling a read helper on its own key twice: each call takes and gives back the
+/// read side. Returns whether both reads and the write hold were unlost inside.
+#[distributed_lock(key = "stores:attr:doc:{id}", kind = "write", client = locks, wait = "5s")]
+async fn edit_doc(locks: &LockClient, id: u32) -> Result<bool, AppError> {
+    let first = read_doc(locks, id).await?;
+    let second = read_doc(locks, id).await?;
+    Ok(first && second && current_lock().is_some_and(|l| !l.is_lost()))
+}
+
+/// Issue 36 through the attribute: a `kind = "write"` function calling a `kind = "read"`
+/// helper on the same key twice gets both reads, and keeps its write hold to the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_function_calls_a_read_helper_twice() {
+    for store in stores() {
+        let (a, b) = (store.client().await, store.client().await);
+        let kept = edit_doc(&a, 7)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e:?}", store.name()));
+        assert!(
+            kept,
+            "{}: a hold was lost inside the write function",
+            store.name()
+        );
+        let after = b
+            .read_write_lock("stores:attr:doc:7")
+            .write()
+            .try_acquire()
+            .await
+            .expect("try")
+            .unwrap_or_else(|| panic!("{}: held after the write function", store.name()));
+        after.release().await.expect("release");
     }
 }

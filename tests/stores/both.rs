@@ -86,6 +86,49 @@ impl Store {
 }
 
 impl Store {
+    /// The owner ids a plain lock's `key` holds, as the store keeps them (Redis: the hash's
+    /// fields; PostgreSQL: the `holds` rows).
+    pub fn owners(&self, key: &str) -> Vec<String> {
+        match self {
+            Store::Redis(s) => s
+                .cli(&["HKEYS", key])
+                .expect("HKEYS")
+                .lines()
+                .map(str::to_owned)
+                .collect(),
+            Store::Postgres(s) => s
+                .psql(&format!(
+                    "SELECT owner FROM dlock.holds WHERE key = '{}' ORDER BY owner",
+                    key.replace('\'', "''")
+                ))
+                .expect("SELECT owner")
+                .lines()
+                .map(str::to_owned)
+                .collect(),
+        }
+    }
+}
+
+impl Store {
+    /// Kills the server (SIGKILL) and leaves it down: its port refuses connections until
+    /// [`Store::start_again`].
+    pub fn kill(&mut self) {
+        match self {
+            Store::Redis(s) => s.kill(),
+            Store::Postgres(s) => s.kill(),
+        }
+    }
+
+    /// Starts a killed server again on its port, from what it wrote to disk.
+    pub fn start_again(&mut self) {
+        match self {
+            Store::Redis(s) => s.restart().expect("restart redis-server"),
+            Store::Postgres(s) => s.start_again().expect("restart PostgreSQL"),
+        }
+    }
+}
+
+impl Store {
     /// The server's TCP port (a proxy in front of it forwards there).
     pub fn port(&self) -> u16 {
         match self {

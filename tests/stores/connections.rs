@@ -72,3 +72,35 @@ async fn fifty_waiters_on_fifty_locks_use_the_same_two_connections() {
         .expect("50 waiters woken by 50 releases within 10 s (their leases are 30 s)");
     assert_eq!(backends(&server), before);
 }
+
+/// `connect` to a PostgreSQL database or role that does not exist fails there, with the
+/// server's words naming it (not at the first acquire), and says it will not pass by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_database_or_role_is_named_when_the_client_is_built() {
+    if !postgres_available() {
+        super::common::skipped("the PostgreSQL store", "no PostgreSQL server binaries");
+        return;
+    }
+    let server = PgServer::start().expect("start PostgreSQL");
+    let port = server.port();
+    for (url, names) in [
+        (
+            format!("postgres://postgres@127.0.0.1:{port}/no_such_db"),
+            "database \"no_such_db\" does not exist",
+        ),
+        (
+            format!("postgres://no_such_role@127.0.0.1:{port}/postgres"),
+            "role \"no_such_role\" does not exist",
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let e = LockClient::connect(&url)
+            .await
+            .expect_err("connected to what does not exist");
+        let text = e.to_string();
+        println!("{url}: {text} (after {:?})", started.elapsed());
+        assert!(text.contains(names), "{text}");
+        assert!(!e.is_transient(), "{text}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{text}");
+    }
+}

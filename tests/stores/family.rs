@@ -145,3 +145,54 @@ async fn a_multi_lock_takes_all_its_locks_or_none() {
         one.release().await.expect("release");
     }
 }
+
+/// Issue 36: a writer that takes the read side inside its write scope, gives it back and takes
+/// it again is granted the second read like the first (a writer's reads share its owner, so
+/// the first read's release must not leave a mark that refuses the next), and its write hold
+/// is still its own afterwards: not lost, still excluding others, released without NotHeld.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_reads_again_after_giving_its_read_back() {
+    for store in stores() {
+        let (a, b) = (store.client().await, store.client().await);
+        let rw = a.read_write_lock("stores:rw:reread");
+        let other = b.read_write_lock("stores:rw:reread");
+        let w = rw.write().acquire().await.expect("write");
+        for round in 1..=3 {
+            let read = w
+                .scope(async { rw.read().wait(Duration::ZERO).acquire().await })
+                .await
+                .unwrap_or_else(|e| {
+                    panic!("{}: read {round} inside the write scope: {e}", store.name())
+                });
+            assert_eq!(
+                read.fencing_token(),
+                w.fencing_token(),
+                "{}: read {round} under the writer's token",
+                store.name()
+            );
+            read.release()
+                .await
+                .unwrap_or_else(|e| panic!("{}: release of read {round}: {e}", store.name()));
+            assert!(
+                !w.is_lost(),
+                "{}: the write hold reads lost after read {round}",
+                store.name()
+            );
+        }
+        assert!(
+            other.read().try_acquire().await.expect("try").is_none(),
+            "{}: another client reads beside the writer",
+            store.name()
+        );
+        w.release()
+            .await
+            .unwrap_or_else(|e| panic!("{}: the write release: {e}", store.name()));
+        let after = other
+            .write()
+            .try_acquire()
+            .await
+            .expect("try")
+            .unwrap_or_else(|| panic!("{}: held after every release", store.name()));
+        after.release().await.expect("release");
+    }
+}

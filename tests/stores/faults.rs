@@ -141,5 +141,6 @@ async fn an_acquire_the_store_does_not_answer_fails_naming_that_store() {
             }
         }
         assert!(text.contains("stores:silent"), "{text}");
+        assert!(e.is_transient(), "{}: {text}", store.name());
     }
 }

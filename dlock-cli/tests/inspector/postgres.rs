@@ -237,3 +237,35 @@ async fn an_unreachable_postgres_store_is_named_without_its_password() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_names_and_names_with_nul_are_listed_whole() {
+    let Some(server) = server("long_names_and_names_with_nul_are_listed_whole").await else {
+        return;
+    };
+    let url = server.url();
+    let a = LockClient::connect(&url).await.expect("client");
+    // Over 512 bytes the store keeps the key's hash, and its whole text in `long_names`.
+    let long = format!("report:{}", "x".repeat(600));
+    let nul = "a\0b".to_owned();
+    let held = (
+        a.lock(long.as_str())
+            .acquire()
+            .await
+            .expect("acquire the long name"),
+        a.lock(nul.as_str())
+            .acquire()
+            .await
+            .expect("acquire the name with NUL"),
+    );
+    let list = dlock_json(&["list", "--url", &url]).await;
+    assert_eq!(entry(&list, &long, "plain")["held"], true, "{list:#}");
+    assert_eq!(entry(&list, &nul, "plain")["held"], true, "{list:#}");
+    let shown = dlock_json(&["show", &long, "--url", &url]).await;
+    assert_eq!(shown.as_array().unwrap().len(), 1, "{shown}");
+    assert!(shown[0]["holders"][0]["owner"]
+        .as_str()
+        .unwrap()
+        .starts_with(a.client_id()));
+    drop(held);
+}

@@ -8,6 +8,7 @@
 
 pub(crate) mod acl;
 pub(crate) mod conn;
+pub(crate) mod connect_check;
 pub(crate) mod library;
 pub(crate) mod names;
 pub(crate) mod open;

@@ -10,27 +10,11 @@
 
 use std::time::Duration;
 
-use redis::{ErrorKind, RedisError, ServerErrorKind};
+use redis::RedisError;
 
-/// True when the link to Redis failed rather than Redis answering: the request may have run.
-pub(crate) fn is_link_error(e: &RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
-}
-
-/// True for a server's "not now": `LOADING` (a restart reading its RDB or AOF, for seconds on
-/// a large dataset), `TRYAGAIN` (a multi-key request during a slot migration), `CLUSTERDOWN`,
-/// `MASTERDOWN`. Redis refused before running anything; the same request may succeed later.
-pub(crate) fn is_not_now(e: &RedisError) -> bool {
-    matches!(
-        e.kind(),
-        ErrorKind::Server(
-            ServerErrorKind::BusyLoading
-                | ServerErrorKind::TryAgain
-                | ServerErrorKind::ClusterDown
-                | ServerErrorKind::MasterDown
-        )
-    )
-}
+pub(crate) use crate::error::{
+    redis_is_link_error as is_link_error, redis_is_not_now as is_not_now,
+};
 
 /// [`is_link_error`] or [`is_not_now`]: a failure that passes.
 pub(crate) fn is_transient(e: &RedisError) -> bool {
@@ -73,6 +57,7 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use redis::{ErrorKind, ServerErrorKind};
 
     #[test]
     fn pauses_double_up_to_a_second() {

@@ -59,7 +59,8 @@ impl LockClientBuilder {
     }
 
     /// Prefix of every key and channel (default `dlock:`). Must not contain `{` or `}`: the
-    /// lock name is the cluster hash tag.
+    /// lock name is the cluster hash tag. On PostgreSQL it must not contain NUL either (the
+    /// store writes a name's NUL as `%00`, which only the name's own escaping keeps apart).
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.settings.prefix = prefix.into();
         self
@@ -149,6 +150,17 @@ impl LockClientBuilder {
     /// `+fcall` (both in `+@scripting`); without them the client uses EVALSHA.
     pub fn functions(mut self, enabled: bool) -> Self {
         self.settings.functions = enabled;
+        self
+    }
+
+    /// What this client's holds say holds them, for people reading a lock during an
+    /// incident (`dlock list`, [`crate::inspect::Holder`]): default `<host name>:<process
+    /// id>`. Name the service and instance, e.g. `orders-api@web-3`. At most 64 bytes, no
+    /// control characters. The name rides in every owner id this client writes, with the
+    /// lock's label (the attribute's key template or function name), on every store; the
+    /// Redisson kinds keep Redisson's `<uuid>:<thread id>` fields byte for byte and carry none.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.settings.client_name = name.into();
         self
     }
 

@@ -97,8 +97,9 @@ impl LockClient {
 
     /// A handle on the lock called `name`. Nothing is sent to Redis until you acquire it.
     ///
-    /// The name may hold any text (`{`, `}`, `:` and unicode included); it is escaped where it
-    /// becomes a Redis key. An empty name is rejected when the lock is used.
+    /// The name may hold any text (`{`, `}`, `:`, NUL and unicode included, of any length); it
+    /// is escaped where it becomes a Redis key, and on PostgreSQL a long one is stored hashed
+    /// (see the crate docs, "Stores"). An empty name is rejected when the lock is used.
     pub fn lock(&self, name: impl Into<String>) -> Lock {
         Lock::new(self.shared.clone(), name.into())
     }

@@ -194,10 +194,9 @@ impl MultiLock {
                     // All or none: the caller must find the locks it did get free again.
                     let _ = release_all(guards, true).await;
                     return Err(match e {
-                        LockError::Timeout { name, .. } => LockError::Timeout {
-                            name,
-                            waited: started.elapsed(),
-                        },
+                        LockError::Timeout { name, busy, .. } => {
+                            LockError::timeout(&name, started.elapsed(), busy)
+                        }
                         e => e,
                     });
                 }

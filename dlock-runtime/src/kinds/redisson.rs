@@ -97,7 +97,8 @@ pub(crate) fn client_uuid(client_id: &str) -> String {
 /// The hash field of `hold`'s owner: `<uuid>:<chain number>`. Owner ids are
 /// `<client id>:<sequence>` (see `Shared::unique_id`); the sequence plays Redisson's thread id.
 pub(crate) fn field(hold: &Claim) -> String {
-    let chain = hold.owner.rsplit(':').next().unwrap_or("0");
+    let unique = crate::settings::holder::unique_part(&hold.owner);
+    let chain = unique.rsplit(':').next().unwrap_or("0");
     format!("{}:{chain}", client_uuid(&hold.client_id))
 }
 
@@ -122,6 +123,11 @@ pub(crate) struct RedissonLock {
 }
 
 impl LockKind for RedissonLock {
+    /// Java reads these fields: they stay Redisson's `<uuid>:<thread id>`, with no label.
+    fn labels_owner(&self) -> bool {
+        false
+    }
+
     fn id(&self) -> &'static str {
         // Distinct ids: a fenced handle must not re-enter a plain hold (its guard would carry
         // the plain hold's clock token, not a counter value), nor the other way round.

@@ -96,6 +96,11 @@ impl RedissonRead {
 }
 
 impl LockKind for RedissonRead {
+    /// Java reads these fields: they stay Redisson's `<uuid>:<thread id>`, with no label.
+    fn labels_owner(&self) -> bool {
+        false
+    }
+
     fn id(&self) -> &'static str {
         "redisson_read"
     }
@@ -200,6 +205,11 @@ impl RedissonWrite {
 }
 
 impl LockKind for RedissonWrite {
+    /// Java reads these fields: they stay Redisson's `<uuid>:<thread id>`, with no label.
+    fn labels_owner(&self) -> bool {
+        false
+    }
+
     fn id(&self) -> &'static str {
         "redisson_write"
     }

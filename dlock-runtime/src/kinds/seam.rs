@@ -15,7 +15,9 @@ pub(crate) struct Claim {
     /// The lock's name, as the user gave it (for logs and errors).
     pub(crate) name: String,
     pub(crate) keys: LockKeys,
-    /// The owner id written into the lock (`<client id>:<sequence>`).
+    /// The owner id written into the lock: `<client id>:<sequence>@<client name>/<label>`
+    /// (see `settings/holder.rs`), or `<client id>:<sequence>` for a kind whose fields are
+    /// another library's.
     pub(crate) owner: String,
     /// The random id of the client that took it.
     pub(crate) client_id: String,
@@ -54,6 +56,22 @@ pub(crate) enum Nested {
 pub(crate) trait LockKind: Send + Sync + std::fmt::Debug {
     /// A short stable name ("plain", "read", ...): renewals are batched per kind, logs show it.
     fn id(&self) -> &'static str;
+
+    /// The Redis type of this kind's main key (`TYPE`'s answer while it is held).
+    fn main_type(&self) -> &'static str {
+        "hash"
+    }
+
+    /// What keeps a waiter out, for the timeout's message.
+    fn busy(&self) -> String {
+        "held by another owner".to_owned()
+    }
+
+    /// Whether owner ids of this kind carry the holder's labels (see `settings/holder.rs`):
+    /// not for a kind whose owner ids are another library's, read by it byte for byte.
+    fn labels_owner(&self) -> bool {
+        true
+    }
 
     /// What follows the hash tag in this kind's keys; kinds differ, so a plain lock and a
     /// semaphore of one name are different Redis keys and never read each other's data.

@@ -71,6 +71,17 @@ impl LockKind for Semaphore {
         "semaphore"
     }
 
+    fn main_type(&self) -> &'static str {
+        "zset"
+    }
+
+    fn busy(&self) -> String {
+        match self.permits {
+            1 => "its one permit is in use".to_owned(),
+            n => format!("all {n} permits in use"),
+        }
+    }
+
     fn key_suffix(&self) -> &'static str {
         ":sem"
     }

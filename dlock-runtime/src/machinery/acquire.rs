@@ -67,7 +67,7 @@ impl Acquire<'_> {
             .unwrap_or_else(|| Arc::from(telemetry::OTHER));
         self.shared
             .new_hold(
-                self.name.to_owned(),
+                (self.name.to_owned(), self.label.map(|l| &**l)),
                 self.keys.clone(),
                 lease,
                 self.hard,
@@ -104,10 +104,7 @@ impl Acquire<'_> {
         }
         let started = Instant::now();
         let deadline = far_instant(started, wait);
-        let timeout = || LockError::Timeout {
-            name: self.name.to_owned(),
-            waited: started.elapsed(),
-        };
+        let timeout = || LockError::timeout(self.name, started.elapsed(), self.kind.busy());
         // A watchdog-renewed hold of a kind that allows it can be handed over by the previous
         // local holder instead of taken in Redis.
         // Not to a synced acquire: the hold it would get may never have been confirmed by
@@ -162,10 +159,7 @@ impl Acquire<'_> {
         give_up: &mut GiveUp,
     ) -> Result<Arc<Hold>, LockError> {
         let inner = &self.shared;
-        let timeout = || LockError::Timeout {
-            name: self.name.to_owned(),
-            waited: started.elapsed(),
-        };
+        let timeout = || LockError::timeout(self.name, started.elapsed(), self.kind.busy());
         let hard = self.hard;
         let new_hold = || {
             let hold = Arc::new(self.fresh_hold(lease));
@@ -409,8 +403,11 @@ impl Acquire<'_> {
 
     /// Takes this kind's side of the lock for the owner of `parent`, an enclosing hold of the
     /// sibling kind (a writer taking the read side): one attempt, no queueing at the local gate
-    /// (the enclosing hold has this client's turn). Refused by Redis only if the enclosing hold
-    /// is gone.
+    /// (the enclosing hold has this client's turn). Refused by the store only if the enclosing
+    /// hold is gone, which is why a refusal marks it lost: every store lets a writer's read (a
+    /// nested request) past the done mark an earlier read of the same owner left, which stops
+    /// only late top-level requests (issue 36: PostgreSQL did not, and a writer reading twice
+    /// was refused and read lost while its row was there).
     async fn acquire_as(
         &self,
         parent: &Arc<Hold>,

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::acl::{check_channel, Refused};
 use crate::backend::conn::{Conn, Pool};
+use crate::backend::connect_check::{self, Checked};
 use crate::backend::library::Mode;
 use crate::backend::names::LockKeys;
 use crate::backend::script::install_library;
@@ -28,8 +29,8 @@ use crate::machinery::watchdog::Watchdog;
 use crate::machinery::written::Written;
 use crate::machinery::{failover_watch, primary_switch};
 #[cfg(feature = "postgres")]
-use crate::settings::{is_postgres_url, Target};
-use crate::settings::{Bounds, ReplicaSync, Settings};
+use crate::settings::is_postgres_url;
+use crate::settings::{holder, Bounds, ReplicaSync, Settings, Target};
 use crate::store::error::StoreError;
 use crate::store::link::Link;
 
@@ -63,6 +64,8 @@ pub(crate) struct Shared {
     pub(crate) latch_ttl: Duration,
     /// 128 random bits: owner ids built from it cannot be guessed or collide across processes.
     pub(crate) client_id: String,
+    /// What its holds say holds them (the builder's `name`, `host:pid` by default).
+    pub(crate) client_name: String,
     seq: AtomicU64,
     pub(crate) waiters: Waiters,
     pub(crate) watchdog: Arc<Watchdog>,
@@ -174,6 +177,7 @@ impl Shared {
             // NOTIFY cannot count its listeners.
             publish_counts_all: false,
             client_id,
+            client_name: b.client_name.clone(),
             seq: AtomicU64::new(0),
             waiters,
             gates: Gates::default(),
@@ -188,9 +192,18 @@ impl Shared {
     async fn connect_redis(b: Settings) -> Result<Arc<Self>, LockError> {
         let topology = Topology::from_settings(&b)?;
         let url = topology.display_url();
-        let connect_err = |source| LockError::Connect {
-            url: url.clone(),
-            source,
+        let user = b.acl_user();
+        let db = match &b.target {
+            Target::Single(raw) => connect_check::url_user_db(raw).1,
+            _ => None,
+        };
+        // Redis's own words for a wrong password or a missing database, in words that say
+        // what to change; anything else as redis-rs said it.
+        let connect_err = |source: redis::RedisError| {
+            connect_check::explain(&url, &user, db, &source).unwrap_or_else(|| LockError::Connect {
+                url: url.clone(),
+                source,
+            })
         };
         let client_id = format!("{:032x}", rand::random::<u128>());
         let bg =
@@ -215,7 +228,16 @@ impl Shared {
             b.response_timeout,
             b.connect_timeout,
         ));
+        let timeout = b.response_timeout.max(b.connect_timeout);
+        checked(
+            connect_check::check(&mut pool.get(), &url, &user, timeout).await,
+            &url,
+        )?;
         install_library(&mut pool.get()).await;
+        checked(
+            connect_check::check_scripts(&mut pool.get(), &url, &user, timeout).await,
+            &url,
+        )?;
         check_channel_rights(&b, &pool, &url).await?;
         // The subscriber tells the watchdog when its connection was lost or replaced: the
         // server may have restarted or failed over, so every hold is checked at once.
@@ -294,6 +316,7 @@ impl Shared {
             handoff: b.handoff,
             publish_counts_all: !topology.is_cluster(),
             client_id,
+            client_name: b.client_name.clone(),
             seq: AtomicU64::new(0),
             waiters,
             gates: Gates::default(),
@@ -304,17 +327,17 @@ impl Shared {
         Ok(shared)
     }
 
-    /// A command connection, round-robin. Clones share the underlying socket, so a command
-    /// sent on a clone is ordered after everything sent earlier on it (used by orphan cleanup).
-    /// Fails for a store other than Redis (the Redis-only features: stock, the fenced write).
-    pub(crate) fn conn(&self) -> Result<Conn, LockError> {
+    /// A command connection for the stock item `name`, whose segments are Redis keys taken by
+    /// Lua scripts: a PostgreSQL client refuses, naming the item and what to use instead.
+    pub(crate) fn stock_conn(&self, name: &str) -> Result<Conn, LockError> {
+        let _ = name; // named only in the refusal, which needs the `postgres` feature
         match &self.backing {
             Backing::Redis { pool, .. } => Ok(pool.get()),
             #[cfg(feature = "postgres")]
             Backing::Postgres(_) => Err(LockError::invalid(
-                "",
+                name,
                 format!(
-                    "this operation (SegmentedStock, Redisson kinds, inspect) needs Redis; this client's store is PostgreSQL ({})",
+                    "SegmentedStock needs Redis (its segments are Redis keys spread over cluster slots); this client's store is PostgreSQL ({}): keep the stock in a row of your own and take it with one `UPDATE ... SET stock = stock - 1 WHERE stock > 0` (see examples/seckill.rs, --store postgres)",
                     self.url
                 ),
             )),
@@ -419,10 +442,11 @@ impl Shared {
     }
 
     /// A new hold of the lock `name` (keys `keys`) for a new owner of this client, not yet
-    /// acquired.
+    /// acquired. Its owner id carries this client's name and `label` (see
+    /// `settings/holder.rs`), except for a kind whose owner ids are another library's.
     pub(crate) fn new_hold(
         &self,
-        name: String,
+        (name, label): (String, Option<&str>),
         keys: LockKeys,
         lease: Duration,
         hard: bool,
@@ -430,10 +454,14 @@ impl Shared {
         sync: Option<ReplicaSync>,
     ) -> Hold {
         let id = self.next_seq();
+        let mut owner = self.unique_id();
+        if kind.labels_owner() {
+            owner.push_str(&holder::suffix(&self.client_name, label));
+        }
         let claim = Claim {
             name,
             keys,
-            owner: self.unique_id(),
+            owner,
             client_id: self.client_id.clone(),
             lease,
             hard,
@@ -486,6 +514,20 @@ impl Shared {
 /// Fails the build when the ACL user may not PUBLISH or SUBSCRIBE on dlock's channels (every
 /// one starts with the key prefix), naming the rule that grants them: without it, releases
 /// wake nobody and waiters of other clients sleep until the holder's lease ends.
+/// A connect check's answer: a refusal fails the build; no answer (a server still loading, a
+/// slow link) leaves the client as it was before the check existed, its first command saying
+/// what is wrong.
+fn checked(result: Result<(), Checked>, url: &str) -> Result<(), LockError> {
+    match result {
+        Ok(()) => Ok(()),
+        Err(Checked::Refused(e)) => Err(e),
+        Err(Checked::Unanswered(e)) => {
+            tracing::debug!(url, error = %e, "dlock: the connect check got no answer");
+            Ok(())
+        }
+    }
+}
+
 async fn check_channel_rights(b: &Settings, pool: &Pool, url: &str) -> Result<(), LockError> {
     let channel = format!("{}channel-check", b.prefix);
     let timeout = b.response_timeout.max(b.connect_timeout);

@@ -1,7 +1,9 @@
 //! Settings: the plain data a client is built from, filled by `LockClientBuilder` and checked
 //! once by [`Settings::validate`]. Every layer above reads it; nothing here talks to Redis.
 
+pub(crate) mod holder;
 mod redact;
+mod url_scheme;
 
 use std::time::Duration;
 
@@ -113,6 +115,9 @@ pub(crate) struct Settings {
     pub(crate) master_auth: (Option<String>, Option<String>),
     /// Call the scripts as functions of dlock's library (FCALL) where the server has them.
     pub(crate) functions: bool,
+    /// What every owner id of this client says holds it (see `holder.rs`): `host:pid` unless
+    /// the builder names it.
+    pub(crate) client_name: String,
     /// Every lock's default for replica-synced writes (`None`: asynchronous replication).
     pub(crate) sync: Option<ReplicaSync>,
     /// The PostgreSQL schema dlock's tables and functions live in (a `postgres://` target).
@@ -151,6 +156,7 @@ impl Settings {
             tls_root: None,
             master_auth: (None, None),
             functions: true,
+            client_name: holder::default_client_name(),
             sync: None,
             postgres_schema: DEFAULT_POSTGRES_SCHEMA.to_owned(),
             postgres_listen_url: None,
@@ -178,6 +184,14 @@ impl Settings {
                 ));
             }
         }
+        if self.prefix.contains('\0') {
+            // The store writes a name's NUL as `%00` (PostgreSQL text cannot hold NUL); that
+            // is unambiguous inside the name, whose `%` are escaped, but not in a prefix.
+            return bad(format!(
+                "key prefix {:?} contains NUL, which the PostgreSQL store cannot keep apart from `%00`",
+                self.prefix
+            ));
+        }
         let name = &self.postgres_schema;
         if name.is_empty() || name.len() > 63 {
             return bad(format!(
@@ -190,6 +204,9 @@ impl Settings {
     /// Refuses settings no client can work with, naming the setting.
     pub(crate) fn validate(&self) -> Result<(), LockError> {
         let bad = |reason: String| Err(LockError::invalid("", reason));
+        if let Some(problem) = self.scheme_problem() {
+            return bad(problem);
+        }
         match &self.target {
             Target::Cluster(nodes) if nodes.is_empty() => {
                 return bad("a cluster client needs at least one seed node URL".into());
@@ -216,6 +233,9 @@ impl Settings {
             ));
         }
         if let Some(problem) = self.sync.and_then(|s| s.problem(self.response_timeout)) {
+            return bad(problem);
+        }
+        if let Some(problem) = holder::client_name_problem(&self.client_name) {
             return bad(problem);
         }
         if self.connections == 0 {
@@ -247,6 +267,19 @@ impl Settings {
     }
 
     /// The ACL user the client logs in as (`default` when none is named), for messages.
+    /// The first URL of the target whose scheme no client takes, said with the ones it does.
+    fn scheme_problem(&self) -> Option<String> {
+        match &self.target {
+            Target::Single(url) => url_scheme::scheme_problem(url, true),
+            Target::Cluster(urls)
+            | Target::Sentinel {
+                sentinels: urls, ..
+            } => urls
+                .iter()
+                .find_map(|u| url_scheme::scheme_problem(u, false)),
+        }
+    }
+
     pub(crate) fn acl_user(&self) -> String {
         let named = match &self.target {
             Target::Single(url) => url_user(url),

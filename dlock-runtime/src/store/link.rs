@@ -136,10 +136,20 @@ impl Link {
     ) -> Result<bool, StoreError> {
         let _ = kind;
         match self {
-            Link::Redis(conn) => (redis::cmd("EXISTS").arg(key))
-                .query_async(conn)
-                .await
-                .map_err(StoreError::Redis),
+            // TYPE rather than EXISTS, one command all the same: a key of another type is
+            // not "locked", it is someone else's value, and is said to be, as acquire does.
+            Link::Redis(conn) => {
+                let found: String = (redis::cmd("TYPE").arg(key).query_async(conn).await)
+                    .map_err(StoreError::Redis)?;
+                match found.as_str() {
+                    "none" => Ok(false),
+                    t if t == kind.main_type() => Ok(true),
+                    other => Err(StoreError::Redis(redis::make_extension_error(
+                        "WRONGTYPE".into(),
+                        Some(format!("lock {} `{key}` holds a {other}", kind.main_type())),
+                    ))),
+                }
+            }
             #[cfg(feature = "postgres")]
             Link::Postgres(link) => (link.exists(kind, key).await).map_err(StoreError::Postgres),
         }

@@ -8,11 +8,11 @@
 #[non_exhaustive]
 pub struct StoredLock {
     /// The key the store keeps the lock under: the same string as the lock's Redis key,
-    /// `<prefix>{<name>}<kind suffix>`, which [`parse_key`](crate::inspect::parse_key) reads
-    /// back as a name and kind.
+    /// `<prefix>{<name>}<kind suffix>` (PostgreSQL writes a NUL of the name as `%00`), which
+    /// [`parse_key`](crate::inspect::parse_key) reads back as a name and kind; for a key too
+    /// long to index, its hash (`sha256:<hex>`), and the whole text is in `whole_key`.
     pub key: String,
-    /// The key as the clients name it, when the store keeps a shortened one in `key` (a name
-    /// too long to index); `None` when `key` is it.
+    /// The whole key when the store keeps a shortened one in `key`; `None` when `key` is it.
     pub whole_key: Option<String>,
     /// The live holds, sorted by owner; a read-write lock's owners are `r:<owner>` (readers)
     /// and `w:<owner>` (the writer), as its rows are.

@@ -243,8 +243,9 @@ pub fn parse_key(prefix: &str, key: &str) -> Option<KeyInfo> {
     Some(KeyInfo { name, kind, part })
 }
 
-/// The inverse of the escaping in `backend/names.rs` (`%`, `{`, `}` as `%XX`); `None` for
-/// text that escaping cannot have produced, so a foreign key is not mistaken for a lock.
+/// The inverse of the escaping in `backend/names.rs` (`%`, `{`, `}` as `%XX`), and of the
+/// PostgreSQL store's `%00` for NUL (a Redis key never has it: its `%` are escaped); `None`
+/// for text that escaping cannot have produced, so a foreign key is not mistaken for a lock.
 fn unescape(escaped: &str) -> Option<String> {
     let mut out = String::with_capacity(escaped.len());
     let mut rest = escaped;
@@ -255,6 +256,7 @@ fn unescape(escaped: &str) -> Option<String> {
         out.push_str(&rest[..at]);
         let c = match rest.get(at + 1..at + 3)? {
             "25" => '%',
+            "00" => '\0',
             "7B" => '{',
             "7D" => '}',
             _ => return None,
@@ -273,7 +275,7 @@ mod tests {
     #[test]
     fn every_key_of_every_kind_reads_back_as_its_lock() {
         for kind in Kind::ALL {
-            for name in ["a", "order:{7}", "50%", "x}y", "héllo:wörld"] {
+            for name in ["a", "order:{7}", "50%", "x}y", "héllo:wörld", "a\0b"] {
                 let l = Layout::new("dlock:", kind, name);
                 let parts = [
                     (Some(l.key.clone()), Part::Holders),
@@ -317,6 +319,9 @@ mod tests {
             Some("p:{n}:fair:grant:o:1")
         );
         assert_eq!(Layout::new("p:", Kind::Plain, "n").key, "p:{n}");
+        // The PostgreSQL store writes a name's NUL as `%00`: read back as the same lock.
+        let info = parse_key("p:", "p:{a%00b}:rw").unwrap();
+        assert_eq!((info.name.as_str(), info.kind), ("a\0b", Kind::ReadWrite));
         // Redisson's kinds: the bare name, Redisson's channels and RFencedLock's counter.
         let r = Layout::new("p:", Kind::Redisson, "n");
         assert_eq!(

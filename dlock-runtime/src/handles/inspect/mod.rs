@@ -50,6 +50,7 @@ use crate::error::LockError;
 use crate::handles::client::LockClient;
 use crate::handles::lock::Lock;
 
+pub use crate::settings::holder::Holder;
 pub use crate::store::stored::{StoredHold, StoredLock};
 pub use layout::{fence_counter, parse_key, KeyInfo, Kind, Layout, Part};
 pub use redisson::{redisson_kind, redisson_uuid};

@@ -74,7 +74,7 @@ impl SegmentedStock {
     /// of a segment's records (blocking that segment's Redis for the while): an operator's
     /// tool, not a per-request check.
     pub async fn audit(&self) -> Result<Audit, LockError> {
-        let conn = self.shared.conn()?;
+        let conn = self.shared.stock_conn(&self.name)?;
         let segments = try_join_all(self.keys.iter().enumerate().map(|(i, k)| {
             let mut conn = conn.clone();
             async move {

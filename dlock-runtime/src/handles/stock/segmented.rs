@@ -148,6 +148,8 @@ impl SegmentedStock {
     ) -> Result<Self, LockError> {
         let name = name.into();
         check_name_and_segments(&name, segments)?;
+        // Refused at once on a store without Redis keys, not at the first take.
+        client.shared.stock_conn(&name)?;
         let prefix = &client.shared.prefix;
         Ok(SegmentedStock {
             keys: keys::segment_keys(prefix, &name, segments).into(),
@@ -215,7 +217,7 @@ impl SegmentedStock {
             )));
         }
         let n = u64::from(self.segments());
-        let mut conn = self.shared.conn()?;
+        let mut conn = self.shared.stock_conn(&self.name)?;
         let (created, old_total, old_segments): (i64, u64, u64) = scripts::STOCK_META
             .key(&self.meta)
             .arg(total)
@@ -234,7 +236,7 @@ impl SegmentedStock {
             return Ok(Init::Existing { total: old_total });
         }
         self.view.clear();
-        let conn = self.shared.conn()?;
+        let conn = self.shared.stock_conn(&self.name)?;
         try_join_all(self.keys.iter().enumerate().map(|(i, k)| {
             let units = total / n + u64::from((i as u64) < total % n);
             let mut conn = conn.clone();
@@ -260,7 +262,7 @@ impl SegmentedStock {
 
     /// Every segment's level; feeds the drained view.
     pub(super) async fn levels(&self) -> Result<Vec<u64>, LockError> {
-        let conn = self.shared.conn()?;
+        let conn = self.shared.stock_conn(&self.name)?;
         try_join_all(self.keys.iter().enumerate().map(|(i, k)| {
             let mut conn = conn.clone();
             async move {

@@ -269,7 +269,7 @@ impl SegmentedStock {
     /// the units that went back now: 0 if it held nothing here or was closed already.
     async fn give_back_at(&self, seg: u32, order_id: &str, mark: &str) -> Result<u64, LockError> {
         let k = &self.keys[seg as usize];
-        let mut conn = self.shared.conn()?;
+        let mut conn = self.shared.stock_conn(&self.name)?;
         // The level as i64: only something outside dlock can make it negative, and then the
         // give-back should still return the order's units (audit() reports the level).
         let (code, units, left): (i64, u64, i64) = scripts::STOCK_GIVE_BACK
@@ -298,7 +298,7 @@ impl SegmentedStock {
         mode: Mode,
     ) -> Result<Step, LockError> {
         let k = &self.keys[seg as usize];
-        let mut conn = self.shared.conn()?;
+        let mut conn = self.shared.stock_conn(&self.name)?;
         let (code, units, left, record): (i64, u64, u64, String) = scripts::STOCK_TAKE
             .key(&k.stock)
             .key(&k.records)
@@ -339,7 +339,7 @@ impl SegmentedStock {
         qty: u64,
     ) -> Result<bool, LockError> {
         let k = &self.keys[seg as usize];
-        let mut conn = self.shared.conn()?;
+        let mut conn = self.shared.stock_conn(&self.name)?;
         let (left, record): (Option<u64>, Option<String>) = redis::pipe()
             .hget(&k.stock, "left")
             .hget(&k.records, order_id)

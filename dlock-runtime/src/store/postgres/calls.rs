@@ -16,6 +16,7 @@ pub(super) struct Calls {
     pub(super) renew: String,
     pub(super) force_unlock: String,
     pub(super) pttl: String,
+    pub(super) remember_name: String,
     #[cfg(test)]
     pub(super) micros: String,
 }
@@ -41,6 +42,7 @@ impl Calls {
             renew: format!("SELECT {s}.renew($1, $2, $3, $4)"),
             force_unlock: format!("SELECT {s}.force_unlock($1, $2)"),
             pttl: format!("SELECT {s}.pttl($1)"),
+            remember_name: format!("SELECT {s}.remember_name($1, $2)"),
             #[cfg(test)]
             micros: format!("SELECT {s}.micros(clock_timestamp())"),
         }

@@ -12,6 +12,7 @@ use tokio_postgres::Row;
 use super::channel::pg_channel;
 use super::connections::Inner;
 use super::errors::PgError;
+use super::names::{stored, stored_and_whole};
 use crate::backend::names::LockKeys;
 use crate::kinds::{Claim, LockKind, WRITER_INTENT};
 
@@ -129,15 +130,31 @@ impl PgLink {
     ) -> Result<(i64, i64), PgError> {
         let what = || format!("acquiring `{}`", claim.name);
         let lease = ms(claim.lease);
-        let row = match offered(kind)? {
+        let offered = offered(kind)?;
+        // The text stored for the name (`names.rs`): as it is for nearly every name; a long
+        // one's whole text is kept first, so whoever sees its hash in a table can read it. Not
+        // again for a re-entry (or a writer's read): the enclosing hold's row keeps it.
+        let (key, whole) = stored_and_whole(&claim.keys.key);
+        if let (Some(whole), None) = (&whole, reentry) {
+            let sql = &self.inner.calls.remember_name;
+            let (key, whole): (&str, &str) = (&key, whole);
+            self.call(what, sql, &[(&key, Type::TEXT), (&whole, Type::TEXT)])
+                .await?;
+        }
+        let key: &str = &key;
+        let fence = stored(&claim.keys.fence);
+        let fence: &str = &fence;
+        let reentry = reentry.map(stored);
+        let reentry: Option<&str> = reentry.as_deref();
+        let row = match offered {
             Offered::Plain => {
                 let sql = &self.inner.calls.plain_acquire;
                 self.call(
                     what,
                     sql,
                     &[
-                        (&claim.keys.key, Type::TEXT),
-                        (&claim.keys.fence, Type::TEXT),
+                        (&key, Type::TEXT),
+                        (&fence, Type::TEXT),
                         (&reentry, Type::TEXT),
                         (&lease, Type::INT8),
                         (&claim.owner, Type::TEXT),
@@ -153,7 +170,7 @@ impl PgLink {
                     what,
                     sql,
                     &[
-                        (&claim.keys.key, Type::TEXT),
+                        (&key, Type::TEXT),
                         (&lease, Type::INT8),
                         (&claim.owner, Type::TEXT),
                         (&permits(kind)?, Type::INT4),
@@ -167,8 +184,8 @@ impl PgLink {
                     what,
                     sql,
                     &[
-                        (&claim.keys.key, Type::TEXT),
-                        (&claim.keys.fence, Type::TEXT),
+                        (&key, Type::TEXT),
+                        (&fence, Type::TEXT),
                         (&reentry, Type::TEXT),
                         (&side, Type::TEXT),
                         (&claim.owner, Type::TEXT),
@@ -200,12 +217,14 @@ impl PgLink {
         match offered(kind)? {
             Offered::Plain => {
                 let sql = &self.inner.calls.plain_release;
+                let (key, latch) = (stored(&claim.keys.key), stored(latch));
+                let (key, latch): (&str, &str) = (&key, &latch);
                 let row = self
                     .call(
                         what,
                         sql,
                         &[
-                            (&claim.keys.key, Type::TEXT),
+                            (&key, Type::TEXT),
                             (&channel, Type::TEXT),
                             (&latch, Type::TEXT),
                             (&claim.owner, Type::TEXT),
@@ -240,12 +259,14 @@ impl PgLink {
         latch_ttl: Duration,
     ) -> Result<i64, PgError> {
         let sql = &self.inner.calls.sem_release;
+        let (key, latch) = (stored(&claim.keys.key), stored(latch));
+        let (key, latch): (&str, &str) = (&key, &latch);
         let row = self
             .call(
                 what,
                 sql,
                 &[
-                    (&claim.keys.key, Type::TEXT),
+                    (&key, Type::TEXT),
                     (&channel, Type::TEXT),
                     (&latch, Type::TEXT),
                     (&claim.owner, Type::TEXT),
@@ -270,12 +291,14 @@ impl PgLink {
         mode: &str,
     ) -> Result<i64, PgError> {
         let sql = &self.inner.calls.rw_release;
+        let (key, guard) = (stored(&claim.keys.key), stored(guard));
+        let (key, guard): (&str, &str) = (&key, &guard);
         let row = self
             .call(
                 what,
                 sql,
                 &[
-                    (&claim.keys.key, Type::TEXT),
+                    (&key, Type::TEXT),
                     (&channel, Type::TEXT),
                     (&guard, Type::TEXT),
                     (&side, Type::TEXT),
@@ -303,12 +326,14 @@ impl PgLink {
         match offered(kind)? {
             Offered::Plain => {
                 let sql = &self.inner.calls.plain_undo_reentry;
+                let (key, marker) = (stored(&claim.keys.key), stored(marker));
+                let (key, marker): (&str, &str) = (&key, &marker);
                 let row = self
                     .call(
                         what,
                         sql,
                         &[
-                            (&claim.keys.key, Type::TEXT),
+                            (&key, Type::TEXT),
                             (&marker, Type::TEXT),
                             (&channel, Type::TEXT),
                             (&claim.owner, Type::TEXT),
@@ -348,7 +373,8 @@ impl PgLink {
         if claims.is_empty() {
             return Ok(Vec::new());
         }
-        let keys: Vec<&str> = claims.iter().map(|c| c.keys.key.as_str()).collect();
+        let keys: Vec<_> = claims.iter().map(|c| stored(&c.keys.key)).collect();
+        let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
         let owners: Vec<String> = claims
             .iter()
             .map(|c| match offered {
@@ -386,12 +412,10 @@ impl PgLink {
         let channel = pg_channel(&keys.channel);
         let what = || format!("force-unlocking `{}`", keys.key);
         let sql = &self.inner.calls.force_unlock;
+        let key = stored(&keys.key);
+        let key: &str = &key;
         let row = self
-            .call(
-                what,
-                sql,
-                &[(&keys.key, Type::TEXT), (&channel, Type::TEXT)],
-            )
+            .call(what, sql, &[(&key, Type::TEXT), (&channel, Type::TEXT)])
             .await?;
         column(&row, 0)
     }
@@ -407,7 +431,9 @@ impl PgLink {
         offered(kind)?;
         let what = || format!("reading the lease of `{key}`");
         let sql = &self.inner.calls.pttl;
-        let row = self.call(what, sql, &[(&key, Type::TEXT)]).await?;
+        let at = stored(key);
+        let at: &str = &at;
+        let row = self.call(what, sql, &[(&at, Type::TEXT)]).await?;
         column(&row, 0)
     }
 
@@ -418,8 +444,10 @@ impl PgLink {
             .map_err(|_| PgError::refused("counting permits", "too many permits"))?;
         let what = || format!("counting the free permits of `{key}`");
         let sql = &self.inner.calls.sem_available;
+        let at = stored(key);
+        let at: &str = &at;
         let row = self
-            .call(what, sql, &[(&key, Type::TEXT), (&permits, Type::INT4)])
+            .call(what, sql, &[(&at, Type::TEXT), (&permits, Type::INT4)])
             .await?;
         column(&row, 0)
     }

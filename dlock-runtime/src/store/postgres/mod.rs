@@ -10,6 +10,7 @@ pub(crate) mod errors;
 pub(crate) mod inspect;
 pub(crate) mod link;
 pub(crate) mod listen;
+mod names;
 pub(crate) mod schema;
 pub(crate) mod store;
 #[cfg(all(test, feature = "testing"))]

@@ -610,3 +610,295 @@ fn keys_of_a_kind_differ_from_the_plain_lock() {
     assert_ne!(plain.key, Read.keys("dlock:", "x").key);
     assert_ne!(plain.key, Semaphore { permits: 1 }.keys("dlock:", "x").key);
 }
+
+/// Issue 36: the sweep deletes a semaphore's permit count only under the key's advisory lock.
+/// An op on the key under way (here a permit being granted, its transaction held open) while a
+/// sweep whose clock is more than a minute past the op's (what a sweep sees of an op that
+/// stalled that long) finds the key's other holder expired: the sweep must not delete the
+/// count the op is writing, or the permit granted would be there without its count, and an
+/// acquire with another count would be let in.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sweep_leaves_a_semaphore_count_to_an_op_under_way() {
+    if !available("the_sweep_leaves_a_semaphore_count_to_an_op_under_way") {
+        return;
+    }
+    let url = shared().url();
+    let schema = fresh_schema("sweep_race");
+    let store = store_at(&url, &schema).await;
+    let q = super::schema::quote_ident(&schema);
+    let two = Semaphore { permits: 2 };
+    let d = claim(&two, "pool", "d", Duration::from_secs(30));
+    let key = d.keys.key.clone();
+    let link = store.link_for(&key);
+    assert_eq!(link.acquire(&two, &d, None, LEASE).await.unwrap(), (1, 0));
+
+    let connect = || async {
+        let (client, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client
+    };
+    let (op, sweeper, watch) = (connect().await, connect().await, connect().await);
+    // A latch long expired: gone once a sweep has run (one call in eight sweeps).
+    watch
+        .execute(
+            &format!(
+                "INSERT INTO {q}.latches (id, result, expires_at) \
+                 VALUES ('canary', 0, clock_timestamp() - interval '1 hour')"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    // The op: a second permit of two, granted and not committed yet.
+    op.batch_execute("BEGIN").await.unwrap();
+    let row = op
+        .query_one(
+            &format!("SELECT held FROM {q}.sem_acquire($1, 30000, 'a', 2)"),
+            &[&key],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), 1, "the second permit");
+
+    let sweeper_pid: i32 = sweeper
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let sweeps = tokio::spawn({
+        let q = q.clone();
+        async move {
+            let canary = format!("SELECT count(*) FROM {q}.latches WHERE id = 'canary'");
+            for _ in 0..400 {
+                sweeper
+                    .execute(
+                        &format!("SELECT {q}.sweep(clock_timestamp() + interval '5 minutes')"),
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+                let left: i64 = sweeper.query_one(&canary, &[]).await.unwrap().get(0);
+                if left == 0 {
+                    return true;
+                }
+            }
+            false
+        }
+    });
+    // Until a sweep ran, or one waits for a row the op keeps (it judged the key free of
+    // holders from before the op's commit).
+    let waiting =
+        "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'";
+    let mut blocked = false;
+    for _ in 0..500 {
+        if sweeps.is_finished() {
+            break;
+        }
+        let n: i64 = watch
+            .query_one(waiting, &[&sweeper_pid])
+            .await
+            .unwrap()
+            .get(0);
+        if n > 0 {
+            blocked = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    op.batch_execute("COMMIT").await.unwrap();
+    let swept = tokio::time::timeout(TIMEOUT, sweeps)
+        .await
+        .expect("the sweeps ended after the op's commit")
+        .unwrap();
+    assert!(swept, "no sweep ran in 400 calls");
+
+    let stored: Option<i32> = watch
+        .query_opt(
+            &format!("SELECT permits FROM {q}.permits WHERE key = $1"),
+            &[&key],
+        )
+        .await
+        .unwrap()
+        .map(|r| r.get(0));
+    let five = Semaphore { permits: 5 };
+    let e = claim(&five, "pool", "e", LEASE);
+    let other_count = link.acquire(&five, &e, None, LEASE).await;
+    assert_eq!(
+        stored,
+        Some(2),
+        "the permit count is gone while a permit is held (the sweep waited for the op: \
+         {blocked}); an acquire with 5 permits answered {other_count:?}"
+    );
+    let refused = other_count.expect_err("another permit count beside a holder");
+    assert_eq!(refused.stored_permits(), Some(2), "{refused}");
+}
+
+/// A schema created by the previous version (2: no `long_names`, no `remember_name`) migrates
+/// at connect; then a long name with NUL is stored as its hash everywhere, and `long_names`
+/// keeps its whole text (NUL as `%00`) under that hash, where an inspector finds it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_name_is_stored_hashed_and_its_text_kept_after_migrating_version_2() {
+    if !available("a_long_name_is_stored_hashed_and_its_text_kept_after_migrating_version_2") {
+        return;
+    }
+    let url = shared().url();
+    let schema = fresh_schema("long_names");
+    let q = super::schema::quote_ident(&schema);
+    drop(store_at(&url, &schema).await);
+    let (raw, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
+    tokio::spawn(connection);
+    // What version 2 left: everything else is created or replaced the same way.
+    raw.batch_execute(&format!(
+        "DROP FUNCTION {q}.remember_name(text, text); DROP TABLE {q}.long_names; \
+         UPDATE {q}.meta SET version = 2;"
+    ))
+    .await
+    .unwrap();
+
+    let store = store_at(&url, &schema).await;
+    let version: i32 = raw
+        .query_one(&format!("SELECT max(version) FROM {q}.meta"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, super::schema::VERSION);
+    let name = format!("{}\0tail", "x".repeat(600));
+    let a = claim(&Plain, &name, "a", LEASE);
+    let link = store.link_for(&a.keys.key);
+    assert_eq!(link.acquire(&Plain, &a, None, LEASE).await.unwrap().0, 1);
+    let hashed = super::names::stored(&a.keys.key).into_owned();
+    assert!(hashed.starts_with("sha256:"), "{hashed}");
+    let held: Vec<String> = raw
+        .query(&format!("SELECT key FROM {q}.holds"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(held, vec![hashed.clone()]);
+    let whole: String = raw
+        .query_one(
+            &format!("SELECT full_key FROM {q}.long_names WHERE key = $1"),
+            &[&hashed],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(whole, format!("dlock:{{{}%00tail}}", "x".repeat(600)));
+    // Every other op finds the same row: the watchdog's renewal, the lease, a re-entry and
+    // its undo, the release, and a force-unlock.
+    assert_eq!(link.renew(&Plain, &[&a]).await.unwrap(), vec![1]);
+    assert!(link.pttl(&Plain, &a.keys.key).await.unwrap() > 0);
+    let marker = format!("{}m", a.keys.latch_prefix);
+    assert_eq!(
+        link.acquire(&Plain, &a, Some(&marker), LEASE)
+            .await
+            .unwrap(),
+        (2, 0)
+    );
+    assert_eq!(link.undo_reentry(&Plain, &a, &marker).await.unwrap(), 1);
+    let latch = format!("{}l", a.keys.latch_prefix);
+    assert_eq!(link.release(&Plain, &a, &latch, LEASE).await.unwrap().0, 0);
+    assert!(!link.exists(&Plain, &a.keys.key).await.unwrap());
+    assert_eq!(
+        link.acquire(&Plain, &claim(&Plain, &name, "b", LEASE), None, LEASE)
+            .await
+            .unwrap()
+            .0,
+        1
+    );
+    assert_eq!(link.force_unlock(&Plain, &a.keys).await.unwrap(), 1);
+    assert!(!link.exists(&Plain, &a.keys.key).await.unwrap());
+}
+
+/// Issue 36 at the store: an owner's done mark refuses a late top-level request of that side
+/// (the late-acquire protection), and only that: a writer's next read in the same write scope,
+/// sent with a marker like every writer's read, is granted after its previous read left the
+/// mark, and the write row stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_done_mark_refuses_a_late_request_not_a_writers_next_read() {
+    if !available("a_done_mark_refuses_a_late_request_not_a_writers_next_read") {
+        return;
+    }
+    let store = store("rw_done").await;
+    let r = claim(&Read, "doc", "r", LEASE);
+    let link = store.link_for(&r.keys.key);
+    assert_eq!(link.acquire(&Read, &r, None, LEASE).await.unwrap().0, 1);
+    let latch = format!("{}r", r.keys.latch_prefix);
+    assert_eq!(link.release(&Read, &r, &latch, LEASE).await.unwrap().0, 0);
+    // The same request arriving late (after the client gave up on it): refused, lock free.
+    assert_eq!(link.acquire(&Read, &r, None, LEASE).await.unwrap(), (0, 1));
+    assert!(!link.exists(&Read, &r.keys.key).await.unwrap());
+
+    let w = claim(&Write, "doc", "w", LEASE);
+    let wr = claim(&Read, "doc", "w", LEASE);
+    let (one, token) = link.acquire(&Write, &w, None, LEASE).await.unwrap();
+    assert_eq!(one, 1);
+    for round in 0..3 {
+        let marker = format!("{}m{round}", wr.keys.latch_prefix);
+        assert_eq!(
+            link.acquire(&Read, &wr, Some(&marker), LEASE)
+                .await
+                .unwrap(),
+            (1, token),
+            "the writer's read {round}"
+        );
+        let latch = format!("{}l{round}", wr.keys.latch_prefix);
+        assert_eq!(link.release(&Read, &wr, &latch, LEASE).await.unwrap().0, 0);
+    }
+    assert_eq!(link.renew(&Write, &[&w]).await.unwrap(), vec![1]);
+    let wl = format!("{}wl", w.keys.latch_prefix);
+    assert_eq!(link.release(&Write, &w, &wl, LEASE).await.unwrap().0, 0);
+    assert!(!link.exists(&Write, &w.keys.key).await.unwrap());
+}
+
+/// A schema its owner migrated at version 2 and granted to a role table by table (`GRANT ...
+/// ON ALL TABLES` covers only the tables that exist when it runs) keeps working for that role
+/// once the owner migrates it to this version: the role takes a long name, and runs the sweep
+/// (every op may), which deletes from `long_names` too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_role_granted_the_version_2_tables_keeps_working_after_the_migration() {
+    if !available("a_role_granted_the_version_2_tables_keeps_working_after_the_migration") {
+        return;
+    }
+    let url = shared().url();
+    let schema = fresh_schema("grants");
+    let q = super::schema::quote_ident(&schema);
+    drop(store_at(&url, &schema).await);
+    let (raw, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let role = format!("r_{:08x}", rand::random::<u32>());
+    raw.batch_execute(&format!(
+        "DROP FUNCTION {q}.remember_name(text, text); DROP TABLE {q}.long_names; \
+         UPDATE {q}.meta SET version = 2; CREATE ROLE {role} LOGIN; \
+         GRANT USAGE ON SCHEMA {q} TO {role}; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {q} TO {role};"
+    ))
+    .await
+    .unwrap();
+    // The owner migrates.
+    drop(store_at(&url, &schema).await);
+
+    let role_url = format!("postgres://{role}@127.0.0.1:{}/postgres", shared().port());
+    let store = store_at(&role_url, &schema).await;
+    let name = "y".repeat(700);
+    // A lease the sweeps' clock (two minutes ahead) does not see expired.
+    let a = claim(&Plain, &name, "a", Duration::from_secs(600));
+    let link = store.link_for(&a.keys.key);
+    let acquired = link.acquire(&Plain, &a, None, LEASE).await;
+    assert_eq!(acquired.unwrap_or_else(|e| panic!("as {role}: {e}")).0, 1);
+    let (as_role, connection) = role_url
+        .parse::<Config>()
+        .unwrap()
+        .connect(NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    // One call in eight sweeps: 128 calls all but surely run it.
+    let sweep = format!("SELECT {q}.sweep(clock_timestamp() + interval '2 minutes')");
+    for _ in 0..128 {
+        (as_role.execute(&sweep, &[]).await).unwrap_or_else(|e| panic!("sweep as {role}: {e}"));
+    }
+    let latch = format!("{}l", a.keys.latch_prefix);
+    assert_eq!(link.release(&Plain, &a, &latch, LEASE).await.unwrap().0, 0);
+}

@@ -19,8 +19,9 @@ AS $body$ SELECT greatest(0, floor(extract(epoch FROM (p_until - p_now)) * 1000)
 -- Deletes a few expired rows of any lock. Called at the end of every acquire that took a free
 -- lock and every release, so the tables stay bounded by the op rate without a background task
 -- in every client (and without a timer that a pooler or a paused client would skip). SKIP
--- LOCKED and the position at the very end of the caller (nothing waited for after it) keep it
--- from ever blocking or deadlocking an op; LIMIT bounds its cost.
+-- LOCKED, advisory locks taken only without waiting, and the position at the very end of the
+-- caller (nothing waited for after it) keep it from ever blocking or deadlocking an op; LIMIT
+-- bounds its cost.
 CREATE OR REPLACE FUNCTION @schema@.sweep(p_now timestamptz) RETURNS void
 LANGUAGE plpgsql SECURITY INVOKER SET search_path = pg_catalog, pg_temp
 AS $body$
@@ -43,18 +44,31 @@ BEGIN
     SELECT i.key FROM @schema@.intents i WHERE i.expires_at < p_now
     LIMIT 32 FOR UPDATE SKIP LOCKED);
   -- Holds of locks nobody touched since they expired (their holder died): a minute's grace
-  -- leaves the fresh ones to their own key's next op.
-  WITH gone AS (
-    DELETE FROM @schema@.holds WHERE (key, owner) IN (
-      SELECT h.key, h.owner FROM @schema@.holds h
-      WHERE h.expires_at < p_now - interval '1 minute'
-      ORDER BY h.expires_at LIMIT 32 FOR UPDATE SKIP LOCKED)
-    RETURNING key)
-  SELECT array_agg(DISTINCT key) INTO v_keys FROM gone;
+  -- leaves the fresh ones to their own key's next op. Only keys whose advisory lock this
+  -- takes without waiting (a busy key is left to its own op, which deletes them itself): an op
+  -- on the key may be under way, its rows not committed yet, and a semaphore's count deleted
+  -- with the holders this statement sees could be the count of a permit that op is granting
+  -- (a later acquire with another count would then be let in). Holding the lock, the deletes
+  -- below (each a statement with a new snapshot) see every op on those keys committed. At
+  -- most 32 keys, so at most 32 advisory locks more, held until the caller's commit.
+  SELECT array_agg(DISTINCT c.key) INTO v_keys FROM (
+    SELECT h.key FROM @schema@.holds h
+    WHERE h.expires_at < p_now - interval '1 minute'
+    ORDER BY h.expires_at LIMIT 32) c
+  WHERE pg_try_advisory_xact_lock(hashtextextended(c.key, 0));
   IF v_keys IS NOT NULL THEN
+    DELETE FROM @schema@.holds h WHERE h.key = ANY (v_keys)
+      AND h.expires_at < p_now - interval '1 minute';
     DELETE FROM @schema@.permits p WHERE p.key = ANY (v_keys)
       AND NOT EXISTS (SELECT 1 FROM @schema@.holds h WHERE h.key = p.key);
   END IF;
+  -- The whole text of hashed keys (names.sql) whose locks are gone: a minute after their last
+  -- acquire, so one that is about to take its lock keeps it.
+  DELETE FROM @schema@.long_names WHERE key IN (
+    SELECT n.key FROM @schema@.long_names n
+    WHERE n.written_at < p_now - interval '1 minute'
+      AND NOT EXISTS (SELECT 1 FROM @schema@.holds h WHERE h.key = n.key)
+    ORDER BY n.written_at LIMIT 32 FOR UPDATE SKIP LOCKED);
   -- A counter more than a day behind the clock gives nothing the clock term does not: the
   -- next token is greatest(last + 1, clock) either way, unless the clock steps back a day.
   DELETE FROM @schema@.fences WHERE key IN (

@@ -38,10 +38,13 @@ BEGIN
   SELECT i.owner, i.expires_at INTO v_waiting, v_waiting_until
     FROM @schema@.intents i WHERE i.key = p_key;
   -- A side of an owner whose release or undo already found it done (see plain_acquire): a
-  -- request of it that arrives late, over a connection the client gave up on, is refused, or
-  -- the lock would be held by nobody until its lease ends. A writer's own read is another
-  -- side, with a mark of its own.
-  IF EXISTS (SELECT 1 FROM @schema@.latches l
+  -- top-level request of it that arrives late, over a connection the client gave up on, is
+  -- refused, or the lock would be held by nobody until its lease ends. Only a top-level one
+  -- (p_marker NULL), as lua/rw/acquire.lua skips its done latch for nested requests: a
+  -- writer's reads share its owner, so one read given back leaves the mark that the writer's
+  -- next read, in the same write scope, must not meet (issue 36).
+  IF p_marker IS NULL
+     AND EXISTS (SELECT 1 FROM @schema@.latches l
              WHERE l.id = 'gone:' || v_field AND l.expires_at > v_now)
      AND NOT EXISTS (SELECT 1 FROM @schema@.holds h WHERE h.key = p_key AND h.owner = v_field)
   THEN
