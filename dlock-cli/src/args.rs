@@ -1,4 +1,4 @@
-//! The command line: where Redis is, and what to do.
+//! The command line: where the locks are, and what to do.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,7 +8,7 @@ use dlock_runtime::inspect::Kind;
 
 use crate::duration::parse_duration;
 
-/// Inspect dlock's Redis locks: who holds what, for how long, and who waits.
+/// Inspect dlock's locks (Redis or PostgreSQL): who holds what, for how long, and who waits.
 #[derive(Parser, Debug)]
 #[command(name = "dlock", version)]
 pub struct Cli {
@@ -30,7 +30,8 @@ pub struct Cli {
 /// Where the locks are: the same deployments and URLs as the client takes.
 #[derive(Args, Debug, Clone)]
 pub struct Target {
-    /// One server (`redis://[user:password@]host:port/db`, `rediss://` for TLS). Default:
+    /// One server (`redis://[user:password@]host:port/db`, `rediss://` for TLS), or a
+    /// PostgreSQL store (`postgres://user:password@host:port/db`). Default:
     /// redis://127.0.0.1:6379.
     // The environment may hold a password: never shown in --help.
     #[arg(long, global = true, env = "DLOCK_URL", hide_env_values = true,
@@ -55,7 +56,8 @@ pub struct Target {
     pub master: Option<String>,
 
     /// The primary's ACL user (Sentinel only; other deployments take it in their URLs).
-    #[arg(long, global = true, env = "DLOCK_MASTER_USER")]
+    // Without hide_env_values clap renders the unset variable as `[env: DLOCK_MASTER_USER=]`.
+    #[arg(long, global = true, env = "DLOCK_MASTER_USER", hide_env_values = true)]
     pub master_user: Option<String>,
 
     /// The primary's password (Sentinel only).
@@ -71,6 +73,10 @@ pub struct Target {
     #[arg(long, global = true)]
     pub tls_ca: Option<PathBuf>,
 
+    /// The PostgreSQL schema the clients keep their tables in (their `postgres_schema`).
+    #[arg(long, global = true, default_value = dlock_runtime::inspect::DEFAULT_POSTGRES_SCHEMA)]
+    pub postgres_schema: String,
+
     /// How long to wait for a connection or an answer.
     #[arg(long, global = true, default_value = "5s", value_parser = parse_duration)]
     pub timeout: Duration,
@@ -83,13 +89,28 @@ impl Target {
             .clone()
             .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned())
     }
+
+    /// Whether `--url` names a PostgreSQL store (`postgres://` or `postgresql://`), as the
+    /// client decides it.
+    pub fn is_postgres(&self) -> bool {
+        self.url
+            .as_deref()
+            .is_some_and(dlock_runtime::inspect::is_postgres_url)
+    }
 }
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Every lock that is held or queued for: name, kind, holders, TTL, waiters, queue,
-    /// semaphore permits.
-    List,
+    /// Every lock that is held or queued for: name, kind, holders, TTL, waiting clients,
+    /// queue, semaphore permits.
+    List {
+        /// Also look for Redisson-layout locks (`redisson_lock`, `redisson_fenced_lock`,
+        /// `redisson_read_write_lock`): they have no prefix, so this walks every hash of the
+        /// keyspace (SCAN TYPE hash, then only hashes with an expiry and at most 64 fields have
+        /// their field names checked, and only Redisson-shaped ones are read).
+        #[arg(long)]
+        redisson: bool,
+    },
     /// One lock in detail (every kind of that name, unless --kind).
     Show {
         /// The lock's name, as the application gives it (e.g. `order:42`).
@@ -137,6 +158,12 @@ pub enum KindArg {
     Fair,
     #[value(alias = "sem")]
     Semaphore,
+    /// Redisson's `RLock` / `RFencedLock` layout (`redisson_lock`, `redisson_fenced_lock`).
+    #[value(alias = "redisson-fenced", alias = "redisson_fenced")]
+    Redisson,
+    /// Redisson's `RReadWriteLock` layout (`redisson_read_write_lock`).
+    #[value(alias = "redisson_rw")]
+    RedissonRw,
 }
 
 impl From<KindArg> for Kind {
@@ -146,6 +173,8 @@ impl From<KindArg> for Kind {
             KindArg::Rw => Kind::ReadWrite,
             KindArg::Fair => Kind::Fair,
             KindArg::Semaphore => Kind::Semaphore,
+            KindArg::Redisson => Kind::Redisson,
+            KindArg::RedissonRw => Kind::RedissonReadWrite,
         }
     }
 }

@@ -39,6 +39,9 @@ pub struct Deployment {
     pub subscribers_on: Vec<Node>,
     /// What was connected to, passwords removed.
     pub shown: String,
+    /// A Redis Cluster: the Redisson kinds' waiters may subscribe with SSUBSCRIBE there,
+    /// which `PUBSUB NUMSUB` does not count.
+    pub cluster: bool,
 }
 
 /// A connection that routes commands on a key: a node's own, or the cluster's.
@@ -146,6 +149,7 @@ impl Deployment {
             }],
             masters: vec![node],
             shown,
+            cluster: false,
         })
     }
 }
@@ -214,6 +218,7 @@ async fn open_cluster(seeds: &[String], opener: &Opener) -> Result<Deployment, S
         masters,
         subscribers_on,
         shown,
+        cluster: true,
     })
 }
 
@@ -299,5 +304,6 @@ async fn open_sentinel(target: &Target, opener: &Opener) -> Result<Deployment, S
         }],
         masters: vec![node],
         shown,
+        cluster: false,
     })
 }

@@ -5,26 +5,26 @@ use dlock_runtime::inspect::{Kind, Layout};
 use crate::args::{KindArg, Target};
 use crate::deployment::Deployment;
 use crate::snapshot::{self, LockView};
-use crate::{output, scan, table};
+use crate::source::Source;
+use crate::{output, table};
 
-/// Every lock in use under `prefix`, on every master.
-pub async fn list(target: &Target, prefix: &str, json: bool) -> Result<(), String> {
-    let mut dep = Deployment::open(target).await?;
-    let layouts = scan::find(&mut dep, prefix).await?;
-    let mut views = Vec::with_capacity(layouts.len());
-    for layout in layouts {
-        let view = snapshot::read(&mut dep.keyed, &layout).await?;
-        // Freed between the SCAN and the read: nothing to show any more.
-        if view.in_use() {
-            views.push((layout, view));
-        }
-    }
-    snapshot::count_waiting(&mut dep, &mut views).await?;
-    let views: Vec<LockView> = views.into_iter().map(|(_, v)| v).collect();
+/// Every lock in use under `prefix`, on every master; with `redisson`, the locks in Redisson's
+/// layout too.
+pub async fn list(target: &Target, prefix: &str, json: bool, redisson: bool) -> Result<(), String> {
+    let mut source = Source::open(target, prefix).await?;
+    let views = source.list(prefix, redisson).await;
+    let shown = source.shown().to_owned();
+    source.close().await;
+    let views: Vec<LockView> = views?.into_iter().map(|(_, v)| v).collect();
     if json {
         output::json(&views);
     } else if views.is_empty() {
-        eprintln!("no lock held under prefix `{prefix}` on {}", dep.shown);
+        let redisson = match (redisson, target.is_postgres()) {
+            (_, true) => "",
+            (true, false) => " nor in Redisson's layout",
+            (false, false) => " (Redisson-layout locks are looked for with --redisson)",
+        };
+        eprintln!("no lock held under prefix `{prefix}`{redisson} on {shown}");
     } else {
         output::text(&table::list(&views));
     }
@@ -39,8 +39,10 @@ pub async fn show(
     name: &str,
     kind: Option<KindArg>,
 ) -> Result<(), String> {
-    let mut dep = Deployment::open(target).await?;
-    let views = read_kinds(&mut dep, prefix, name, kind).await?;
+    let mut source = Source::open(target, prefix).await?;
+    let views = source.read_kinds(prefix, name, kind).await;
+    source.close().await;
+    let views = views?;
     if json {
         output::json(&views.iter().map(|(_, v)| v).collect::<Vec<_>>());
     } else if views.is_empty() {
@@ -52,8 +54,8 @@ pub async fn show(
     Ok(())
 }
 
-/// The views of `name`: of `kind` whatever its state, else of every kind in use; waiters
-/// counted.
+/// The views of `name`: of `kind` whatever its state, else of every kind in use (in
+/// Redisson's layout too, when the key `name` is a hash of that shape); waiters counted.
 pub async fn read_kinds(
     dep: &mut Deployment,
     prefix: &str,
@@ -62,13 +64,26 @@ pub async fn read_kinds(
 ) -> Result<Vec<(Layout, LockView)>, String> {
     let kinds: Vec<Kind> = match kind {
         Some(k) => vec![k.into()],
-        None => Kind::ALL.to_vec(),
+        // One read of the key `name` tells which Redisson kind it is.
+        None => Kind::ALL.into_iter().chain([Kind::Redisson]).collect(),
     };
     let mut views = Vec::new();
     for k in kinds {
         let layout = Layout::new(prefix, k, name);
-        let view = snapshot::read(&mut dep.keyed, &layout).await?;
-        if kind.is_some() || view.in_use() {
+        let (layout, view) = if k.is_redisson() {
+            snapshot::read_redisson(&mut dep.keyed, &layout).await?
+        } else {
+            let view = snapshot::read(&mut dep.keyed, &layout).await?;
+            (layout, view)
+        };
+        // Unasked, the bare key `name` is shown only when it is a Redisson lock: any other
+        // data there is somebody else's, not a lock of the wrong type.
+        let shown = match kind {
+            Some(_) => true,
+            None if k.is_redisson() => view.held,
+            None => view.in_use(),
+        };
+        if shown {
             views.push((layout, view));
         }
     }

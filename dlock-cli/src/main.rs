@@ -2,7 +2,8 @@
 //! shell. `dlock list` shows every lock in use (holders, lease, waiters, fair queue, semaphore
 //! permits), `dlock show NAME` one lock in detail, `dlock watch NAME` its holder changes live,
 //! and `dlock unlock NAME --force` deletes it the way the library's force unlock does. It takes
-//! the URLs the client takes (`--url`, `--cluster`, `--sentinel` with `--master`), and
+//! the URLs the client takes (`--url` for one Redis server or a PostgreSQL store, `--cluster`,
+//! `--sentinel` with `--master`), and
 //! `--json` for scripts. See README.md for examples.
 
 mod args;
@@ -11,8 +12,11 @@ mod deployment;
 mod duration;
 mod list;
 mod output;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod scan;
 mod snapshot;
+mod source;
 mod table;
 mod unlock;
 mod watch;
@@ -50,7 +54,9 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<bool, String> {
     let (target, prefix, json) = (&cli.target, cli.prefix.as_str(), cli.json);
     match cli.command {
-        Command::List => list::list(target, prefix, json).await.map(|()| true),
+        Command::List { redisson } => list::list(target, prefix, json, redisson)
+            .await
+            .map(|()| true),
         Command::Show { name, kind } => list::show(target, prefix, json, &name, kind)
             .await
             .map(|()| true),

@@ -6,7 +6,8 @@
 
 use std::collections::HashMap;
 
-use dlock_runtime::inspect::{Kind, Layout};
+use dlock_runtime::inspect::{redisson_kind, Kind, Layout};
+use dlock_runtime::redis::aio::ConnectionLike;
 use dlock_runtime::redis::{self, Value};
 use serde::Serialize;
 
@@ -16,7 +17,8 @@ use crate::deployment::{Deployment, Keyed};
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct LockView {
     pub name: String,
-    /// `plain`, `rw`, `fair` or `semaphore`.
+    /// `plain`, `rw`, `fair`, `semaphore`, or Redisson's layout: `redisson`,
+    /// `redisson-fenced` (the same lock, its token counter present), `redisson-rw`.
     pub kind: &'static str,
     /// The main key (the holders).
     pub key: String,
@@ -25,10 +27,13 @@ pub struct LockView {
     pub holders: Vec<Holder>,
     /// The main key's PTTL: `None` when it does not exist, -1 without expiry.
     pub pttl_ms: Option<i64>,
-    /// Clients subscribed to be woken: on the lock's release channel, or for a fair lock on
-    /// its queued owners' grant channels. One per waiting *client*, however many of its tasks
-    /// wait (they queue locally). `None` when not counted (`watch`).
-    pub waiting: Option<u64>,
+    /// Waiting *clients*, not tasks: those subscribed to be woken, on the lock's release
+    /// channel, or for a fair lock on its queued owners' grant channels. The tasks of one
+    /// client queue inside it and only the first subscribes, so a client counts once however
+    /// many of its tasks wait; tasks waiting inside the holder's own client are not subscribed
+    /// at all (the holder hands the lock to them directly) and cannot be seen from outside.
+    /// `None` when not counted (`watch`) or not countable (PostgreSQL: LISTEN is per session).
+    pub waiting_clients: Option<u64>,
     /// Read-write lock: `read` or `write`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
@@ -41,11 +46,27 @@ pub struct LockView {
     /// Semaphore: permits held now, of the count its clients use.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub permits: Option<Permits>,
+    /// Keys of this lock that hold another type than the kind keeps there (somebody else's
+    /// data under the prefix): the lock is not read, and dlock's clients get `WrongType` on it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub wrong_type: Vec<WrongType>,
+}
+
+/// A key of a lock that holds another Redis type than the kind writes there.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct WrongType {
+    pub key: String,
+    /// What `TYPE` answered (`string`, `list`, ...).
+    pub holds: String,
+    /// What the kind keeps there.
+    pub expected: &'static str,
 }
 
 #[derive(Serialize, Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Holder {
     /// `<client id>:<sequence>`: the client id is the holder's `LockClient::client_id`.
+    /// Redisson's kinds: `<uuid>:<thread id>` (for a dlock client, the uuid is
+    /// `dlock::inspect::redisson_uuid(client_id)`).
     pub owner: String,
     /// Hold count (re-entries); 1 for a permit.
     pub count: i64,
@@ -68,6 +89,7 @@ impl LockView {
     /// Anything to show: held, or somebody queued or claiming to be next.
     pub fn in_use(&self) -> bool {
         self.held
+            || !self.wrong_type.is_empty()
             || self.queue.as_ref().is_some_and(|q| !q.is_empty())
             || self.writer_waiting.is_some()
     }
@@ -84,24 +106,39 @@ impl LockView {
     }
 }
 
-/// Reads the lock of `layout` (waiters not counted: see [`count_waiting`]).
+impl LockView {
+    /// Nothing known yet of the lock of `layout`.
+    pub fn empty(layout: &Layout) -> LockView {
+        LockView {
+            name: layout.name.clone(),
+            kind: layout.kind.as_str(),
+            key: layout.key.clone(),
+            held: false,
+            holders: Vec::new(),
+            pttl_ms: None,
+            waiting_clients: None,
+            mode: None,
+            writer_waiting: None,
+            queue: None,
+            permits: None,
+            wrong_type: Vec::new(),
+        }
+    }
+}
+
+/// Reads the lock of `layout` (waiters not counted: see [`count_waiting`]). A Redisson kind is
+/// read as whichever Redisson kind its hash is: see [`read_redisson`].
 pub async fn read(conn: &mut Keyed, layout: &Layout) -> Result<LockView, String> {
+    if layout.kind.is_redisson() {
+        return read_redisson(conn, layout).await.map(|(_, view)| view);
+    }
     let failed =
         |e: &dyn std::fmt::Display| format!("reading {} lock `{}`: {e}", layout.kind, layout.name);
-    let mut view = LockView {
-        name: layout.name.clone(),
-        kind: layout.kind.as_str(),
-        key: layout.key.clone(),
-        held: false,
-        holders: Vec::new(),
-        pttl_ms: None,
-        waiting: None,
-        mode: None,
-        writer_waiting: None,
-        queue: None,
-        permits: None,
-    };
+    let mut view = LockView::empty(layout);
     let mut pipe = redis::pipe();
+    // One key of another type must not fail the whole read (nor a whole `list`): errors come
+    // back per command, and a WRONGTYPE among them is looked into below.
+    pipe.ignore_errors();
     match layout.kind {
         Kind::Semaphore => {
             pipe.cmd("ZRANGE")
@@ -129,6 +166,26 @@ pub async fn read(conn: &mut Keyed, layout: &Layout) -> Result<LockView, String>
         pipe.cmd("ZRANGE").arg(queue).arg(0).arg(-1);
     }
     let replies: Vec<Value> = pipe.query_async(conn).await.map_err(|e| failed(&e))?;
+    let mut wrong_type = false;
+    for reply in &replies {
+        if let Value::ServerError(e) = reply {
+            if e.code() != "WRONGTYPE" {
+                return Err(failed(&redis::RedisError::from(e.clone())));
+            }
+            wrong_type = true;
+        }
+    }
+    if wrong_type {
+        view.wrong_type = wrong_types(conn, layout).await.map_err(|e| failed(&e))?;
+        // Every key has its kind's type again (the odd key was deleted meanwhile): no half-read
+        // lock is shown.
+        if view.wrong_type.is_empty() {
+            return Err(failed(
+                &"a key changed type while it was read; run the command again",
+            ));
+        }
+        return Ok(view);
+    }
     let mut replies = replies.into_iter();
     let mut next = || replies.next().unwrap_or(Value::Nil);
     let first = next();
@@ -167,6 +224,143 @@ pub async fn read(conn: &mut Keyed, layout: &Layout) -> Result<LockView, String>
     }
     view.held = !view.holders.is_empty();
     Ok(view)
+}
+
+/// The keys of `layout` whose type is not the one its kind keeps there (`none` is fine: a
+/// key not written yet).
+async fn wrong_types(conn: &mut Keyed, layout: &Layout) -> redis::RedisResult<Vec<WrongType>> {
+    let main = if layout.kind == Kind::Semaphore {
+        "zset"
+    } else {
+        "hash"
+    };
+    let keys: Vec<(&str, &'static str)> = [
+        (Some(layout.key.as_str()), main),
+        (layout.permits.as_deref(), "string"),
+        (layout.readers.as_deref(), "zset"),
+        (layout.writer_waiting.as_deref(), "string"),
+        (layout.queue.as_deref(), "zset"),
+    ]
+    .into_iter()
+    .filter_map(|(key, expected)| Some((key?, expected)))
+    .collect();
+    let mut pipe = redis::pipe();
+    for (key, _) in &keys {
+        pipe.cmd("TYPE").arg(*key);
+    }
+    let types: Vec<String> = pipe.query_async(conn).await?;
+    Ok(keys
+        .into_iter()
+        .zip(types)
+        .filter(|((_, expected), holds)| holds != "none" && holds != expected)
+        .map(|((key, expected), holds)| WrongType {
+            key: key.to_owned(),
+            holds,
+            expected,
+        })
+        .collect())
+}
+
+/// Fields a hash may have and still be looked at as a Redisson lock (one per holding thread,
+/// plus `mode`): a larger hash is somebody's data, and is not read.
+pub const REDISSON_MAX_FIELDS: usize = 64;
+
+/// Reads the hash at `layout.key` as a lock in Redisson's layout: the layout of the Redisson
+/// kind it is (a fenced lock when its token counter exists), and its view. A key of another
+/// type, or a hash of another shape (or too large to be a lock), is flagged in `wrong_type`;
+/// a missing key is a free lock.
+pub async fn read_redisson(
+    conn: &mut (impl ConnectionLike + Send),
+    layout: &Layout,
+) -> Result<(Layout, LockView), String> {
+    let failed =
+        |e: &dyn std::fmt::Display| format!("reading Redisson lock `{}`: {e}", layout.name);
+    let counter = Layout::new("", Kind::Redisson, &layout.name).fence;
+    let mut pipe = redis::pipe();
+    // HLEN fails on another type: its error comes back with the rest.
+    pipe.ignore_errors();
+    pipe.cmd("TYPE").arg(&layout.key);
+    pipe.cmd("HLEN").arg(&layout.key);
+    pipe.cmd("EXISTS").arg(counter.as_deref());
+    let replies: Vec<Value> = pipe.query_async(conn).await.map_err(|e| failed(&e))?;
+    let mut replies = replies.into_iter();
+    let mut next = || replies.next().unwrap_or(Value::Nil);
+    let holds: String = from(next()).map_err(|e| failed(&e))?;
+    let len = next();
+    let fenced: bool = from(next()).map_err(|e| failed(&e))?;
+    let view = LockView::empty(layout);
+    let flag = |mut view: LockView, holds: String, expected| {
+        view.wrong_type.push(WrongType {
+            key: layout.key.clone(),
+            holds,
+            expected,
+        });
+        Ok((layout.clone(), view))
+    };
+    match holds.as_str() {
+        "none" => return Ok((layout.clone(), view)),
+        "hash" => {}
+        _ => return flag(view, holds, "hash"),
+    }
+    let len: usize = from(len).map_err(|e| failed(&e))?;
+    if len > REDISSON_MAX_FIELDS {
+        return flag(view, format!("hash of {len} fields"), "Redisson lock hash");
+    }
+    let (fields, pttl): (Vec<(String, String)>, i64) = redis::pipe()
+        .cmd("HGETALL")
+        .arg(&layout.key)
+        .cmd("PTTL")
+        .arg(&layout.key)
+        .query_async(conn)
+        .await
+        .map_err(|e| failed(&e))?;
+    let Some(kind) = redisson_kind(&fields) else {
+        // Freed between the two reads: a free lock, not somebody's data.
+        if fields.is_empty() {
+            return Ok((layout.clone(), view));
+        }
+        return flag(
+            view,
+            "hash of other fields".to_owned(),
+            "Redisson lock hash",
+        );
+    };
+    let layout = Layout::new("", kind, &layout.name);
+    let mut view = LockView::empty(&layout);
+    view.kind = match kind {
+        Kind::Redisson if fenced => "redisson-fenced",
+        other => other.as_str(),
+    };
+    view.pttl_ms = (pttl != -2).then_some(pttl);
+    view.holders = redisson_holders(&fields, &mut view.mode);
+    view.held = !view.holders.is_empty();
+    Ok((layout, view))
+}
+
+/// A Redisson hash's holders (`<uuid>:<thread id>` -> count; `…:write` a writer) and its mode.
+fn redisson_holders(fields: &[(String, String)], mode: &mut Option<String>) -> Vec<Holder> {
+    let rw = fields.iter().any(|(f, _)| f == "mode");
+    let mut holders: Vec<Holder> = fields
+        .iter()
+        .filter_map(|(field, value)| {
+            if field == "mode" {
+                *mode = Some(value.clone());
+                return None;
+            }
+            let (owner, side) = match field.strip_suffix(":write") {
+                Some(owner) => (owner, Some("write")),
+                None => (field.as_str(), rw.then_some("read")),
+            };
+            Some(Holder {
+                owner: owner.to_owned(),
+                count: value.parse().unwrap_or(0),
+                side,
+                ttl_ms: None,
+            })
+        })
+        .collect();
+    holders.sort();
+    holders
 }
 
 fn from<T: redis::FromRedisValue>(v: Value) -> Result<T, impl std::fmt::Display> {
@@ -242,7 +436,7 @@ fn permit_holders(entries: &[(String, f64)], now_ms: i64) -> Vec<Holder> {
     holders
 }
 
-/// Fills in `waiting` for each view: PUBSUB NUMSUB of its channels on every node a waiter may
+/// Fills in `waiting_clients` for each view: PUBSUB NUMSUB of its channels on every node a waiter may
 /// be subscribed on, added up (a subscription lives on one node only).
 pub async fn count_waiting(
     dep: &mut Deployment,
@@ -272,12 +466,17 @@ pub async fn count_waiting(
         }
     }
     for (layout, view) in views.iter_mut() {
+        if dep.cluster && layout.kind.is_redisson() {
+            // Not counted rather than a wrong 0: see `Deployment::cluster`.
+            view.waiting_clients = None;
+            continue;
+        }
         let n = view
             .wait_channels(layout)
             .iter()
             .map(|c| counts.get(c).copied().unwrap_or(0))
             .sum();
-        view.waiting = Some(n);
+        view.waiting_clients = Some(n);
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! Plain-text output: the `list` table and `show`'s details.
 
 use crate::duration::format_pttl;
-use crate::snapshot::{Holder, LockView};
+use crate::snapshot::{Holder, LockView, WrongType};
 
 /// Holders shown per row of `list`; the rest are counted (`show` lists all).
 const HOLDERS_PER_ROW: usize = 3;
@@ -35,7 +35,13 @@ pub fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
 /// `list`: one row per lock.
 pub fn list(views: &[LockView]) -> String {
     let headers = [
-        "NAME", "KIND", "HOLDERS", "TTL", "WAITING", "QUEUE", "PERMITS",
+        "NAME",
+        "KIND",
+        "HOLDERS",
+        "TTL",
+        "WAITING CLIENTS",
+        "QUEUE",
+        "PERMITS",
     ];
     let rows: Vec<Vec<String>> = views
         .iter()
@@ -49,12 +55,20 @@ pub fn list(views: &[LockView]) -> String {
             if v.holders.len() > HOLDERS_PER_ROW {
                 holders.push(format!("+{} more", v.holders.len() - HOLDERS_PER_ROW));
             }
+            // Not a lock's data: said where the holders would be, so the row cannot be
+            // mistaken for a free lock.
+            holders.extend(
+                v.wrong_type
+                    .iter()
+                    .map(|w| format!("WRONG TYPE: {}", wrong_type(w))),
+            );
             vec![
                 v.name.clone(),
                 v.kind.to_owned(),
                 or_dash(holders.join(", ")),
                 v.pttl_ms.map_or_else(|| "-".to_owned(), format_pttl),
-                v.waiting.map_or_else(|| "-".to_owned(), |n| n.to_string()),
+                v.waiting_clients
+                    .map_or_else(|| "-".to_owned(), |n| n.to_string()),
                 v.queue
                     .as_ref()
                     .map_or_else(|| "-".to_owned(), |q| q.len().to_string()),
@@ -80,8 +94,23 @@ pub fn detail(v: &LockView) -> String {
         ("state", if v.held { "held" } else { "free" }.to_owned()),
         ("ttl", v.pttl_ms.map_or_else(|| "-".to_owned(), format_pttl)),
     ];
-    if let Some(n) = v.waiting {
-        facts.push(("waiting", format!("{n} client(s) subscribed")));
+    for w in &v.wrong_type {
+        facts.push((
+            "wrong type",
+            format!(
+                "{}; dlock's clients fail with WrongType on this lock: move that data elsewhere",
+                wrong_type(w)
+            ),
+        ));
+    }
+    if let Some(n) = v.waiting_clients {
+        facts.push((
+            "waiting",
+            format!(
+                "{n} client(s) subscribed (a client counts once however many of its tasks \
+                 wait; the holder's own waiting tasks are not visible)"
+            ),
+        ));
     }
     if let Some(mode) = &v.mode {
         facts.push(("mode", mode.clone()));
@@ -157,6 +186,11 @@ pub fn short_owner(owner: &str) -> String {
     }
 }
 
+/// `` `dlock:{x}` holds a string, not a hash ``.
+pub fn wrong_type(w: &WrongType) -> String {
+    format!("`{}` holds a {}, not a {}", w.key, w.holds, w.expected)
+}
+
 fn or_dash(s: String) -> String {
     if s.is_empty() {
         "-".to_owned()
@@ -180,11 +214,12 @@ mod tests {
             held: false,
             holders: vec![],
             pttl_ms: None,
-            waiting: Some(0),
+            waiting_clients: Some(0),
             mode: None,
             writer_waiting: None,
             queue: None,
             permits: None,
+            wrong_type: vec![],
         }
     }
 
@@ -215,7 +250,7 @@ mod tests {
         plain.held = true;
         plain.holders = vec![holder(7, 2, None)];
         plain.pttl_ms = Some(29_849);
-        plain.waiting = Some(1);
+        plain.waiting_clients = Some(1);
         let mut sem = view("exports", "semaphore");
         sem.holders = (1..=5).map(|i| holder(i, 1, None)).collect();
         sem.permits = Some(Permits {
@@ -228,11 +263,11 @@ mod tests {
         rw.holders = vec![holder(1, 1, Some("read")), holder(2, 1, Some("read"))];
         let out = list(&[plain, sem, fair, rw]);
         let expected = "\
-NAME     KIND       HOLDERS                                         TTL    WAITING  QUEUE  PERMITS
-order:1  plain      01234567…:7 x2                                  29.8s  1        -      -
-exports  semaphore  01234567…:1, 01234567…:2, 01234567…:3, +2 more  -      0        -      5/8
-report   fair       -                                               -      0        1      -
-prices   rw         r 01234567…:1, r 01234567…:2                    -      0        -      -
+NAME     KIND       HOLDERS                                         TTL    WAITING CLIENTS  QUEUE  PERMITS
+order:1  plain      01234567…:7 x2                                  29.8s  1                -      -
+exports  semaphore  01234567…:1, 01234567…:2, 01234567…:3, +2 more  -      0                -      5/8
+report   fair       -                                               -      0                1      -
+prices   rw         r 01234567…:1, r 01234567…:2                    -      0                -      -
 ";
         assert_eq!(out, expected);
     }

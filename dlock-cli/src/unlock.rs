@@ -7,13 +7,13 @@
 
 use std::io::BufRead;
 
-use dlock_runtime::inspect::{self, Kind};
-use dlock_runtime::{LockClient, LockClientBuilder};
+use dlock_runtime::inspect::{Kind, Layout};
 use serde::Serialize;
 
 use crate::args::{KindArg, Target};
-use crate::deployment::Deployment;
-use crate::{list, output, table};
+use crate::snapshot::LockView;
+use crate::source::Source;
+use crate::{output, table};
 
 /// What `--json` prints.
 #[derive(Serialize)]
@@ -33,8 +33,36 @@ pub async fn run(
     kind: Option<KindArg>,
     yes: bool,
 ) -> Result<bool, String> {
-    let mut dep = Deployment::open(target).await?;
-    let views = list::read_kinds(&mut dep, prefix, name, kind).await?;
+    let mut source = Source::open(target, prefix).await?;
+    let views = source.read_kinds(prefix, name, kind).await;
+    let unlocked = match views {
+        Ok(views) => unlock(&source, target, prefix, json, name, kind, yes, views).await,
+        Err(e) => Err(e),
+    };
+    source.close().await;
+    unlocked
+}
+
+/// Force-unlocks the one lock of `views` that is held, after asking.
+#[allow(clippy::too_many_arguments)]
+async fn unlock(
+    source: &Source,
+    target: &Target,
+    prefix: &str,
+    json: bool,
+    name: &str,
+    kind: Option<KindArg>,
+    yes: bool,
+    views: Vec<(Layout, LockView)>,
+) -> Result<bool, String> {
+    // Somebody else's data under a lock's key: the force-unlock scripts refuse to delete it,
+    // and so does this command, before asking anything.
+    if let Some(w) = views.iter().flat_map(|(_, v)| &v.wrong_type).next() {
+        return Err(format!(
+            "`{name}` is not a lock: {}; dlock does not delete data it did not write",
+            table::wrong_type(w)
+        ));
+    }
     let held: Vec<_> = views.iter().filter(|(_, v)| v.held).collect();
     let (layout, view) = match held.as_slice() {
         [one] => *one,
@@ -62,10 +90,9 @@ pub async fn run(
         eprintln!("not unlocked");
         return Ok(false);
     }
-    let client = connect(target, prefix).await?;
-    let result = inspect::force_unlock(&client, layout.kind, name).await;
-    client.shutdown().await;
-    let unlocked = result.map_err(|e| e.to_string())?;
+    let unlocked = source
+        .force_unlock(target, prefix, layout.kind, name)
+        .await?;
     if json {
         output::json(&Unlocked {
             name,
@@ -97,34 +124,4 @@ fn confirm(detail: &str, name: &str, kind: &str) -> Result<bool, String> {
         answer.trim().to_ascii_lowercase().as_str(),
         "y" | "yes"
     ))
-}
-
-/// A lock client for the same deployment, as an application would build it.
-async fn connect(target: &Target, prefix: &str) -> Result<LockClient, String> {
-    let mut builder: LockClientBuilder = if !target.cluster.is_empty() {
-        LockClient::cluster_builder(target.cluster.iter().cloned())
-    } else if !target.sentinel.is_empty() {
-        let b = LockClient::sentinel_builder(
-            target.sentinel.iter().cloned(),
-            target.master.clone().unwrap_or_default(),
-        );
-        match &target.master_password {
-            Some(pw) => b.master_auth(target.master_user.as_deref(), pw),
-            None => b,
-        }
-    } else {
-        LockClient::builder(target.single_url())
-    };
-    if let Some(path) = &target.tls_ca {
-        let pem = std::fs::read(path)
-            .map_err(|e| format!("cannot read --tls-ca {}: {e}", path.display()))?;
-        builder = builder.tls_root_certificates(pem);
-    }
-    builder
-        .key_prefix(prefix)
-        .response_timeout(target.timeout)
-        .connect_timeout(target.timeout)
-        .build()
-        .await
-        .map_err(|e| e.to_string())
 }

@@ -15,9 +15,9 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::args::{KindArg, Target};
-use crate::deployment::Deployment;
 use crate::duration::format_pttl;
-use crate::snapshot::{self, Holder, LockView};
+use crate::snapshot::{Holder, LockView};
+use crate::source::Source;
 use crate::{output, table};
 
 /// What `--json` prints per change.
@@ -43,7 +43,20 @@ pub async fn run(
     kind: KindArg,
     bounds: Bounds,
 ) -> Result<(), String> {
-    let mut dep = Deployment::open(target).await?;
+    let mut source = Source::open(target, prefix).await?;
+    let watched = watch(&mut source, prefix, json, name, kind, bounds).await;
+    source.close().await;
+    watched
+}
+
+async fn watch(
+    source: &mut Source,
+    prefix: &str,
+    json: bool,
+    name: &str,
+    kind: KindArg,
+    bounds: Bounds,
+) -> Result<(), String> {
     let layout = Layout::new(prefix, kind.into(), name);
     let started = Instant::now();
     let deadline = bounds.for_.map(|d| started + d);
@@ -52,7 +65,7 @@ pub async fn run(
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
     loop {
-        let view = snapshot::read(&mut dep.keyed, &layout).await?;
+        let view = source.read(prefix, &layout).await?;
         let holders = comparable(&view.holders);
         if last.as_ref() != Some(&holders) {
             let elapsed = started.elapsed();

@@ -240,7 +240,7 @@
 //!   [`LockClient::semaphore`], [`LockClient::multi_lock`] and the attribute's `kind`s for
 //!   them. Not offered yet, and refused at the acquire with an error naming the store and the
 //!   kind: the fair lock and the Redisson kinds. Redis-only, refused the same way:
-//!   `SegmentedStock`, `dlock::inspect` and `synced_replicas` (use `synchronous_commit` and
+//!   `SegmentedStock` and `synced_replicas` (use `synchronous_commit` and
 //!   `synchronous_standby_names` on the server).
 //! * **TLS**: the URL's `sslmode` with libpq's meanings, through rustls (ring, as for
 //!   `rediss://`), on every connection of the client (requests and LISTEN): `disable`;
@@ -255,6 +255,9 @@
 //!   not read, `sslmode=allow` and client certificates (`sslcert`, `sslkey`) are refused by
 //!   name. As in libpq, `sslmode` does not apply to a Unix-domain socket (no TLS there). A refused handshake says why and what to change (a name the certificate does not
 //!   list, an unknown CA, a server without TLS, a server that allows only TLS).
+//! * **Inspecting**: `dlock::inspect::stored_locks` reads every lock of the schema (holders,
+//!   leases by the server's clock, permit counts, waiting writers), and
+//!   `dlock::inspect::force_unlock` works as on Redis; the `dlock` inspector uses both.
 //! * **Versions**: PostgreSQL 15, as CI checks it (`tests/stores` runs every shared behaviour
 //!   test against Redis and PostgreSQL from one body).
 //!

@@ -94,7 +94,7 @@ async fn list_walks_every_master_counts_waiters_on_every_node_and_unlock_wakes_t
     );
     until("the report waiter queued and subscribed", || async {
         let shown = dlock_json(&["show", "report", "--kind", "fair", "--cluster", &seeds]).await;
-        shown[0]["queue"].as_array().map(Vec::len) == Some(1) && shown[0]["waiting"] == 1
+        shown[0]["queue"].as_array().map(Vec::len) == Some(1) && shown[0]["waiting_clients"] == 1
     })
     .await;
 
@@ -110,7 +110,7 @@ async fn list_walks_every_master_counts_waiters_on_every_node_and_unlock_wakes_t
             "{e}"
         );
         let expected_waiting = if *name == waited { 1 } else { 0 };
-        assert_eq!(e["waiting"], expected_waiting, "{e}");
+        assert_eq!(e["waiting_clients"], expected_waiting, "{e}");
     }
     assert_eq!(
         entry(&list, "report", "fair")["queue"]
@@ -119,7 +119,7 @@ async fn list_walks_every_master_counts_waiters_on_every_node_and_unlock_wakes_t
             .len(),
         1
     );
-    assert_eq!(entry(&list, "report", "fair")["waiting"], 1);
+    assert_eq!(entry(&list, "report", "fair")["waiting_clients"], 1);
     assert_eq!(
         entry(&list, "exports", "semaphore")["permits"],
         serde_json::json!({"used": 2, "total": 3})
@@ -155,4 +155,63 @@ async fn list_walks_every_master_counts_waiters_on_every_node_and_unlock_wakes_t
         .release()
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_redisson_finds_redisson_locks_on_every_master() {
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3, 0))
+        .await
+        .unwrap()
+        .expect("start a local cluster");
+    let seeds = cluster.urls().join(",");
+    let a = client(&cluster).await;
+    // Redisson's hash is the bare name: names whose hashes land on three masters.
+    let mut masters = BTreeSet::new();
+    let names: Vec<String> = (0..1_000)
+        .map(|i| format!("job:{i}"))
+        .filter(|name| masters.insert(cluster.master_for_key(name).expect("a master").port))
+        .take(3)
+        .collect();
+    assert_eq!(names.len(), 3, "three masters");
+    let mut held = Vec::new();
+    for name in &names[..2] {
+        held.push(
+            a.redisson_lock(name.as_str())
+                .acquire()
+                .await
+                .expect("RLock"),
+        );
+    }
+    let writer = a
+        .redisson_read_write_lock(names[2].as_str())
+        .write()
+        .acquire()
+        .await
+        .expect("RReadWriteLock writer");
+
+    let list = dlock_json(&["list", "--redisson", "--cluster", &seeds]).await;
+    assert_eq!(list.as_array().unwrap().len(), 3, "{list:#}");
+    for name in &names[..2] {
+        let row = entry(&list, name, "redisson");
+        assert_eq!(row["held"], true);
+        // SSUBSCRIBE'd waiters are invisible to PUBSUB NUMSUB: not counted, not a wrong 0.
+        assert_eq!(row["waiting_clients"], serde_json::Value::Null, "{row}");
+    }
+    let rw = entry(&list, &names[2], "redisson-rw");
+    assert_eq!(
+        (rw["mode"].as_str(), rw["holders"][0]["side"].as_str()),
+        (Some("write"), Some("write"))
+    );
+
+    let unlocked =
+        dlock_json(&["unlock", &names[2], "--force", "--yes", "--cluster", &seeds]).await;
+    assert_eq!(unlocked["kind"], "redisson-rw");
+    assert_eq!(unlocked["unlocked"], true);
+    assert!(!a
+        .redisson_read_write_lock(names[2].as_str())
+        .write()
+        .is_locked()
+        .await
+        .unwrap());
+    drop((held, writer));
 }

@@ -92,7 +92,7 @@ async fn list_shows_every_kind_with_holders_waiters_queue_and_permits() {
 
     until("the report waiter queued and subscribed", || async {
         let shown = dlock_json(&["show", "report", "--kind", "fair", "--url", &url]).await;
-        shown[0]["queue"].as_array().map(Vec::len) == Some(1) && shown[0]["waiting"] == 1
+        shown[0]["queue"].as_array().map(Vec::len) == Some(1) && shown[0]["waiting_clients"] == 1
     })
     .await;
 
@@ -124,7 +124,7 @@ async fn list_shows_every_kind_with_holders_waiters_queue_and_permits() {
     assert_eq!(plain["holders"][0]["count"], 2);
     let pttl = plain["pttl_ms"].as_i64().unwrap();
     assert!(pttl > 0 && pttl <= 30_000, "pttl {pttl}");
-    assert_eq!(plain["waiting"], 1);
+    assert_eq!(plain["waiting_clients"], 1);
 
     let fair = entry(&list, "report", "fair");
     assert_eq!(fair["queue"].as_array().unwrap().len(), 1);
@@ -132,12 +132,12 @@ async fn list_shows_every_kind_with_holders_waiters_queue_and_permits() {
         .as_str()
         .unwrap()
         .starts_with(b.client_id()));
-    assert_eq!(fair["waiting"], 1);
+    assert_eq!(fair["waiting_clients"], 1);
 
     let sem = entry(&list, "exports", "semaphore");
     assert_eq!(sem["permits"], serde_json::json!({"used": 2, "total": 3}));
     assert_eq!(sem["holders"].as_array().unwrap().len(), 2);
-    assert_eq!(sem["waiting"], 0);
+    assert_eq!(sem["waiting_clients"], 0);
 
     let rw = entry(&list, "prices", "rw");
     assert_eq!(rw["mode"], "read");
@@ -494,4 +494,136 @@ async fn unlock_refuses_without_force() {
     let out = dlock(&["unlock", "job", "--url", "redis://127.0.0.1:1"]).await;
     assert_eq!(out.status.code(), Some(2), "a usage error");
     assert!(text(&out.stderr).contains("--force"));
+}
+
+#[tokio::test]
+async fn a_key_of_another_type_under_the_prefix_is_flagged_and_the_rest_listed() {
+    let server = RedisServer::start().expect("start redis-server");
+    let url = server.url();
+    let a = client(&server).await;
+    let held = a.lock("order:1").acquire().await.expect("acquire order:1");
+    let mut raw = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // Somebody's own data where a plain lock and a semaphore would keep theirs.
+    let _: () = raw.set("dlock:{junk}", "not a lock").await.unwrap();
+    let _: () = raw.hset("dlock:{jobs}:sem", "x", 1).await.unwrap();
+
+    let list = dlock_json(&["list", "--url", &url]).await;
+    assert_eq!(entry(&list, "order:1", "plain")["held"], true, "{list:#}");
+    let junk = entry(&list, "junk", "plain");
+    assert_eq!(
+        junk["wrong_type"],
+        serde_json::json!([{"key": "dlock:{junk}", "holds": "string", "expected": "hash"}])
+    );
+    assert_eq!(junk["held"], false);
+    let jobs = entry(&list, "jobs", "semaphore");
+    assert_eq!(jobs["wrong_type"][0]["holds"], "hash");
+    assert_eq!(jobs["wrong_type"][0]["expected"], "zset");
+
+    let out = dlock(&["list", "--url", &url]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(
+        table.lines().any(|l| l.starts_with("junk")
+            && l.contains("WRONG TYPE: `dlock:{junk}` holds a string, not a hash")),
+        "{table}"
+    );
+
+    let out = dlock(&["show", "junk", "--url", &url]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("wrong type  `dlock:{junk}` holds a string"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = dlock(&["unlock", "junk", "--force", "--yes", "--url", &url]).await;
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("`junk` is not a lock"), "{err}");
+    let left: String = raw.get("dlock:{junk}").await.unwrap();
+    assert_eq!(left, "not a lock", "the data is left alone");
+    drop(held);
+}
+
+#[tokio::test]
+async fn the_waiting_column_counts_clients_not_tasks() {
+    let server = RedisServer::start().expect("start redis-server");
+    let url = server.url();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let held = a.lock("order:7").acquire().await.expect("acquire order:7");
+    let wait = |c: &LockClient| {
+        let c = c.clone();
+        tokio::spawn(async move {
+            c.lock("order:7")
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+                .map(drop)
+        })
+    };
+    // A task of the holder's own client and two tasks of another client wait: one client is
+    // subscribed (b's first task; its second queues inside b, a's inside a).
+    let waiters = [wait(&a), wait(&b), wait(&b)];
+    let channel = a.lock("order:7").channel().to_owned();
+    until("b's waiter subscribed", || async {
+        subscribers(std::slice::from_ref(&url), &channel).await == 1
+    })
+    .await;
+
+    let list = dlock_json(&["list", "--url", &url]).await;
+    let row = entry(&list, "order:7", "plain");
+    assert_eq!(row["waiting_clients"], 1, "{row}");
+    assert!(row.get("waiting").is_none(), "the old name is gone: {row}");
+    let out = dlock(&["list", "--url", &url]).await;
+    let table = text(&out.stdout);
+    assert!(
+        table.lines().next().unwrap().contains("WAITING CLIENTS"),
+        "{table}"
+    );
+    let out = dlock(&["show", "order:7", "--url", &url]).await;
+    let detail = text(&out.stdout);
+    assert!(
+        detail.contains("1 client(s) subscribed (a client counts once"),
+        "{detail}"
+    );
+
+    held.release().await.expect("release");
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(20), w)
+            .await
+            .expect("every waiter gets its turn")
+            .unwrap()
+            .expect("acquired");
+    }
+}
+
+#[tokio::test]
+async fn help_names_the_environment_variables_without_a_stray_equals_sign() {
+    let out = std::process::Command::new(BIN)
+        .arg("--help")
+        .env_remove("DLOCK_MASTER_USER")
+        .output()
+        .unwrap();
+    let help = text(&out.stdout);
+    assert!(help.contains("[env: DLOCK_MASTER_USER]"), "{help}");
+    assert!(!help.contains("DLOCK_MASTER_USER="), "{help}");
+}
+
+#[tokio::test]
+async fn stored_locks_refuses_redis_and_says_what_to_do_instead() {
+    let server = RedisServer::start().expect("start redis-server");
+    let a = client(&server).await;
+    let err = dlock_runtime::inspect::stored_locks(&a, None)
+        .await
+        .expect_err("Redis answers no such query");
+    let message = err.to_string();
+    assert!(
+        message.contains("stores that answer queries (PostgreSQL)")
+            && message.contains("scan its keys"),
+        "{message}"
+    );
 }

@@ -16,7 +16,7 @@ mod semaphore;
 
 pub(crate) use fair::Fair;
 pub(crate) use plain::Plain;
-pub(crate) use redisson::RedissonLock;
+pub(crate) use redisson::{client_uuid, RedissonLock};
 pub(crate) use redisson_rw::{RedissonRead, RedissonWrite};
 /// The PostgreSQL store passes the writer's claim lifetime as a value.
 #[cfg(feature = "postgres")]

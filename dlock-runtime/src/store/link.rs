@@ -6,6 +6,7 @@ use crate::backend::conn::Conn;
 use crate::backend::names::LockKeys;
 use crate::kinds::{Attempt, Claim, LockKind, Semaphore};
 use crate::store::error::StoreError;
+use crate::store::stored::StoredLock;
 
 /// One connection to the store. Requests sent on one link run in the order they were sent
 /// (an undo after the acquire it undoes; an acquire after this client's release of the key).
@@ -183,6 +184,24 @@ impl Link {
                 .map_err(StoreError::Redis),
             #[cfg(feature = "postgres")]
             Link::Postgres(link) => (link.pttl(kind, key).await).map_err(StoreError::Postgres),
+        }
+    }
+
+    /// Every lock the store keeps (those at `keys`, or all) with a live hold or a waiting
+    /// writer, for tools; `None` from a store that answers no such query (Redis: its keys
+    /// are scanned and read by kind instead).
+    pub(crate) async fn stored_locks(
+        &mut self,
+        keys: Option<&[String]>,
+    ) -> Result<Option<Vec<StoredLock>>, StoreError> {
+        let _ = keys;
+        match self {
+            Link::Redis(_) => Ok(None),
+            #[cfg(feature = "postgres")]
+            Link::Postgres(link) => crate::store::postgres::inspect::stored_locks(link, keys)
+                .await
+                .map(Some)
+                .map_err(StoreError::Postgres),
         }
     }
 }

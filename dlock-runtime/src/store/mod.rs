@@ -18,3 +18,4 @@ pub(crate) mod error;
 pub(crate) mod link;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+pub(crate) mod stored;

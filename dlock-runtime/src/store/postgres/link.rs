@@ -74,14 +74,32 @@ impl PgLink {
         PgLink { inner, slot }
     }
 
+    /// The schema dlock's tables are in.
+    pub(super) fn schema(&self) -> &super::schema::Schema {
+        &self.inner.schema
+    }
+
     /// Runs `sql` and returns its one row; a timeout or a closed connection is a link error,
     /// and the connection is reopened by the next call.
     async fn call(
         &self,
-        what: impl FnOnce() -> String,
+        what: impl Fn() -> String,
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Row, PgError> {
+        let rows = self.query(&what, sql, params).await?;
+        rows.into_iter()
+            .next()
+            .ok_or_else(|| PgError::refused(what(), "dlock's SQL function returned no row"))
+    }
+
+    /// Runs `sql` and returns every row it gave, bounded and classified as [`PgLink::call`].
+    pub(super) async fn query(
+        &self,
+        what: impl Fn() -> String,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>, PgError> {
         let client = self.inner.client(self.slot).await?;
         let timeout = self.inner.response_timeout;
         match tokio::time::timeout(timeout, client.query_typed(sql, params)).await {
@@ -96,10 +114,7 @@ impl PgLink {
                 }
                 Err(e)
             }
-            Ok(Ok(rows)) => rows
-                .into_iter()
-                .next()
-                .ok_or_else(|| PgError::refused(what(), "dlock's SQL function returned no row")),
+            Ok(Ok(rows)) => Ok(rows),
         }
     }
 
@@ -237,7 +252,7 @@ impl PgLink {
 
     async fn sem_release(
         &self,
-        what: impl FnOnce() -> String,
+        what: impl Fn() -> String,
         claim: &Claim,
         channel: &str,
         latch: &str,
@@ -267,7 +282,7 @@ impl PgLink {
     #[allow(clippy::too_many_arguments)]
     async fn rw_release(
         &self,
-        what: impl FnOnce() -> String,
+        what: impl Fn() -> String,
         claim: &Claim,
         channel: &str,
         side: &str,

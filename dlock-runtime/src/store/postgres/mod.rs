@@ -7,6 +7,7 @@ pub(crate) mod channel;
 mod calls;
 mod connections;
 pub(crate) mod errors;
+pub(crate) mod inspect;
 pub(crate) mod link;
 pub(crate) mod listen;
 mod names;

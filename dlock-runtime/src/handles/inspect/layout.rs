@@ -1,44 +1,11 @@
-//! What each kind of lock keeps in Redis, for tools that read it (the `dlock` inspector of
-//! the `dlock-redis-cli` package): which keys belong to a lock, how a key found by `SCAN`
-//! reads back as a lock name and kind, and a force-unlock by kind.
-//!
-//! ```
-//! # extern crate dlock_runtime as dlock;
-//! use dlock::inspect::{parse_key, Kind, Layout, Part};
-//!
-//! let layout = Layout::new("dlock:", Kind::Fair, "order:{42}");
-//! assert_eq!(layout.key, "dlock:{order:%7B42%7D}:fair");
-//! let found = parse_key("dlock:", layout.queue.as_deref().unwrap()).unwrap();
-//! assert_eq!((found.name.as_str(), found.kind, found.part), ("order:{42}", Kind::Fair, Part::Queue));
-//! ```
-//!
-//! # Keys per kind
-//!
-//! `<prefix>{<name, %-escaped>}` followed by the kind's suffix is the lock's main key; the
-//! others add one more suffix to it. All share one hash tag, so one cluster slot.
-//!
-//! | kind | main key | type | beside it |
-//! |---|---|---|---|
-//! | plain | `…{n}` | hash owner -> hold count, PTTL = lease | `:latch:*`, channel `:chan` |
-//! | read-write | `…{n}:rw` | hash `mode`, `w:<owner>`, `r:<owner>` -> count | `:readers` (zset owner -> deadline, server ms), `:wwait` (a waiting writer), `:latch:*`, `:chan` |
-//! | fair | `…{n}:fair` | hash owner -> hold count | `:queue` (zset owner -> arrival, server µs), `:alive` (zset owner -> keep-place deadline), `:latch:*`; waiters listen on `:grant:<owner>` |
-//! | semaphore | `…{n}:sem` | zset owner -> deadline (server ms) | `:permits` (the count), `:latch:*`, `:chan` |
-//!
-//! The fencing counters are not a lock's: one string per cluster slot, `<prefix>fence:{<t>}`
-//! (`t` the smallest number whose tag hashes to that slot; [`Layout::fence`] names it), holds
-//! the last token any plain, read-write or fair lock of that slot was granted.
-//!
-//! The main key exists exactly while somebody holds the lock (or, for a fair lock, while a
-//! grant waits for its new owner); a fair queue can outlive it for a moment.
+//! Each kind's Redis keys ([`Layout`]) and how a key found by `SCAN` reads back as a lock
+//! ([`parse_key`]); see the table in `dlock::inspect`'s docs.
 
 use std::sync::Arc;
 
-pub use crate::settings::holder::Holder;
-
 use crate::backend::names::{self, LockKeys};
-use crate::error::LockError;
+#[cfg(doc)]
 use crate::handles::client::LockClient;
-use crate::handles::lock::Lock;
 use crate::kinds::{self, LockKind};
 
 /// A kind of lock, as far as its keys go (the read and write sides of one read-write lock
@@ -54,34 +21,66 @@ pub enum Kind {
     Fair,
     /// [`LockClient::semaphore`].
     Semaphore,
+    /// [`LockClient::redisson_lock`] and [`LockClient::redisson_fenced_lock`] (Redisson's
+    /// `RLock` and `RFencedLock`: one lock, the fenced one also counts its grants).
+    Redisson,
+    /// [`LockClient::redisson_read_write_lock`] (Redisson's `RReadWriteLock`).
+    RedissonReadWrite,
 }
 
 impl Kind {
-    /// Every kind, in the order tools list them.
+    /// Every kind keyed under the prefix, in the order tools list them.
     pub const ALL: [Kind; 4] = [Kind::Plain, Kind::ReadWrite, Kind::Fair, Kind::Semaphore];
 
-    /// A short stable name: `plain`, `rw`, `fair`, `semaphore`.
+    /// The kinds in Redisson's layout (no prefix: see the module docs).
+    pub const REDISSON: [Kind; 2] = [Kind::Redisson, Kind::RedissonReadWrite];
+
+    /// A short stable name: `plain`, `rw`, `fair`, `semaphore`, `redisson`, `redisson-rw`.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Plain => "plain",
             Kind::ReadWrite => "rw",
             Kind::Fair => "fair",
             Kind::Semaphore => "semaphore",
+            Kind::Redisson => "redisson",
+            Kind::RedissonReadWrite => "redisson-rw",
         }
     }
 
-    /// The runtime's own description of the kind's keys (the write side stands for both
-    /// sides of a read-write lock; the semaphore's permit count plays no part in its keys).
-    fn seam(self) -> Arc<dyn LockKind> {
+    /// Whether the kind writes Redisson's layout (the lock's name is its key, no prefix).
+    pub fn is_redisson(self) -> bool {
+        matches!(self, Kind::Redisson | Kind::RedissonReadWrite)
+    }
+
+    /// The runtime's own description of the kind's keys, as a client with `sharded` pub/sub
+    /// uses it (only the Redisson kinds care); for a force unlock, the sides it takes in turn.
+    /// The write side stands for both sides of dlock's read-write lock (its force unlock
+    /// deletes both); Redisson's deletes one side only in its own mode, so both are tried. The
+    /// semaphore's permit count plays no part in its keys.
+    pub(super) fn seams(self, sharded: bool) -> Vec<Arc<dyn LockKind>> {
         match self {
-            Kind::Plain => Arc::new(kinds::Plain),
-            Kind::ReadWrite => Arc::new(kinds::Write),
-            Kind::Fair => Arc::new(kinds::Fair),
-            Kind::Semaphore => Arc::new(kinds::Semaphore { permits: 1 }),
+            Kind::Plain => vec![Arc::new(kinds::Plain)],
+            Kind::ReadWrite => vec![Arc::new(kinds::Write)],
+            Kind::Fair => vec![Arc::new(kinds::Fair)],
+            Kind::Semaphore => vec![Arc::new(kinds::Semaphore { permits: 1 })],
+            // RLock's and RFencedLock's force unlocks are one script: the same hash.
+            Kind::Redisson => vec![Arc::new(kinds::RedissonLock {
+                sharded,
+                fenced: false,
+            })],
+            Kind::RedissonReadWrite => vec![
+                Arc::new(kinds::RedissonWrite { sharded }),
+                Arc::new(kinds::RedissonRead { sharded }),
+            ],
         }
     }
 
-    /// What follows the hash tag in the kind's main key (`:rw`; empty for the plain lock).
+    fn seam(self) -> Arc<dyn LockKind> {
+        self.seams(false).swap_remove(0)
+    }
+
+    /// What follows the hash tag in the kind's main key (`:rw`; empty for the plain lock and
+    /// for Redisson's kinds, whose key is the bare name).
     pub fn suffix(self) -> &'static str {
         self.seam().key_suffix()
     }
@@ -128,7 +127,9 @@ pub struct Layout {
     pub channel: String,
     /// The fencing counter (no semaphore has one): the one of the lock's cluster slot,
     /// `<prefix>fence:{<t>}`, shared by every lock whose key is in that slot. It belongs to no
-    /// single lock, so [`parse_key`] reads it as foreign.
+    /// single lock, so [`parse_key`] reads it as foreign. For [`Kind::Redisson`],
+    /// `RFencedLock`'s own counter `redisson_lock_token:{<name>}` (present once a fenced lock
+    /// of that name was granted); `None` for [`Kind::RedissonReadWrite`].
     pub fence: Option<String>,
     /// A fair lock's queue.
     pub queue: Option<String>,
@@ -145,7 +146,24 @@ pub struct Layout {
 impl Layout {
     /// The keys of the lock `name` of `kind` under the key `prefix` (the client's
     /// `key_prefix`, [`DEFAULT_PREFIX`](crate::DEFAULT_PREFIX) unless changed).
+    /// The Redisson kinds ignore `prefix`: their key is `name`.
     pub fn new(prefix: &str, kind: Kind, name: &str) -> Self {
+        if kind.is_redisson() {
+            let keys = kind.seam().keys(prefix, name);
+            return Layout {
+                kind,
+                name: name.to_owned(),
+                // RFencedLock's token counter; RReadWriteLock keeps none.
+                fence: (kind == Kind::Redisson).then_some(keys.counter),
+                queue: None,
+                keep_alive: None,
+                readers: None,
+                writer_waiting: None,
+                permits: None,
+                channel: keys.channel,
+                key: keys.key,
+            };
+        }
         let keys = LockKeys::new(prefix, name, kind.suffix());
         let beside = |on: bool, suffix: &str| on.then(|| format!("{}{suffix}", keys.key));
         Layout {
@@ -225,8 +243,9 @@ pub fn parse_key(prefix: &str, key: &str) -> Option<KeyInfo> {
     Some(KeyInfo { name, kind, part })
 }
 
-/// The inverse of the escaping in `backend/names.rs` (`%`, `{`, `}` as `%XX`); `None` for
-/// text that escaping cannot have produced, so a foreign key is not mistaken for a lock.
+/// The inverse of the escaping in `backend/names.rs` (`%`, `{`, `}` as `%XX`), and of the
+/// PostgreSQL store's `%00` for NUL (a Redis key never has it: its `%` are escaped); `None`
+/// for text that escaping cannot have produced, so a foreign key is not mistaken for a lock.
 fn unescape(escaped: &str) -> Option<String> {
     let mut out = String::with_capacity(escaped.len());
     let mut rest = escaped;
@@ -237,6 +256,7 @@ fn unescape(escaped: &str) -> Option<String> {
         out.push_str(&rest[..at]);
         let c = match rest.get(at + 1..at + 3)? {
             "25" => '%',
+            "00" => '\0',
             "7B" => '{',
             "7D" => '}',
             _ => return None,
@@ -248,26 +268,6 @@ fn unescape(escaped: &str) -> Option<String> {
     Some(out)
 }
 
-/// Deletes the lock `name` of `kind`, whoever holds it, and wakes its waiters, exactly as the
-/// kind's own handle does ([`Lock::force_unlock`]): `true` if it was held. A semaphore loses
-/// every permit at once.
-pub async fn force_unlock(client: &LockClient, kind: Kind, name: &str) -> Result<bool, LockError> {
-    Lock::of_kind(client.shared.clone(), name.to_owned(), kind.seam())
-        .force_unlock()
-        .await
-}
-
-/// `url` with its password (and a password in its query) replaced by `***`, as the client
-/// shows URLs in errors and logs.
-///
-/// ```
-/// # extern crate dlock_runtime as dlock;
-/// assert_eq!(dlock::inspect::redact_url("redis://u:pw@h:1"), "redis://u:***@h:1");
-/// ```
-pub fn redact_url(url: &str) -> String {
-    crate::settings::redact(url)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,7 +275,7 @@ mod tests {
     #[test]
     fn every_key_of_every_kind_reads_back_as_its_lock() {
         for kind in Kind::ALL {
-            for name in ["a", "order:{7}", "50%", "x}y", "héllo:wörld"] {
+            for name in ["a", "order:{7}", "50%", "x}y", "héllo:wörld", "a\0b"] {
                 let l = Layout::new("dlock:", kind, name);
                 let parts = [
                     (Some(l.key.clone()), Part::Holders),
@@ -319,6 +319,25 @@ mod tests {
             Some("p:{n}:fair:grant:o:1")
         );
         assert_eq!(Layout::new("p:", Kind::Plain, "n").key, "p:{n}");
+        // The PostgreSQL store writes a name's NUL as `%00`: read back as the same lock.
+        let info = parse_key("p:", "p:{a%00b}:rw").unwrap();
+        assert_eq!((info.name.as_str(), info.kind), ("a\0b", Kind::ReadWrite));
+        // Redisson's kinds: the bare name, Redisson's channels and RFencedLock's counter.
+        let r = Layout::new("p:", Kind::Redisson, "n");
+        assert_eq!(
+            (r.key.as_str(), r.channel.as_str(), r.fence.as_deref()),
+            (
+                "n",
+                "redisson_lock__channel:{n}",
+                Some("redisson_lock_token:{n}")
+            )
+        );
+        let rw = Layout::new("p:", Kind::RedissonReadWrite, "n");
+        assert_eq!(
+            (rw.key.as_str(), rw.channel.as_str()),
+            ("n", "redisson_rwlock:{n}")
+        );
+        assert_eq!(rw.fence, None);
     }
 
     #[test]
