@@ -78,13 +78,9 @@ fn view(prefix: &str, lock: &StoredLock) -> Option<(Layout, LockView)> {
                 (Kind::ReadWrite, Some(("w", owner))) => (Some("write"), owner),
                 _ => (None, h.owner.as_str()),
             };
-            Holder {
-                owner: owner.to_owned(),
-                count: h.count,
-                side,
-                // Each permit and each reader has a lease of its own (as on Redis).
-                ttl_ms: matches!(info.kind, Kind::Semaphore | Kind::ReadWrite).then_some(h.ttl_ms),
-            }
+            // Each permit and each reader has a lease of its own (as on Redis).
+            let ttl_ms = matches!(info.kind, Kind::Semaphore | Kind::ReadWrite).then_some(h.ttl_ms);
+            Holder::new(owner.to_owned(), h.count, side, ttl_ms)
         })
         .collect();
     holders.sort();

@@ -76,6 +76,37 @@ pub struct Holder {
     /// Semaphore permits and readers: their own lease left, in ms.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<i64>,
+    /// The holder's client name, as its owner id says (`LockClientBuilder::name`, `host:pid`
+    /// by default); none for an owner id without labels (Redisson's kinds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    /// The lock's label the owner id carries: the attribute's key template or function name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+impl Holder {
+    /// A holder with the labels its owner id carries read out (`dlock::inspect::Holder`).
+    pub fn new(owner: String, count: i64, side: Option<&'static str>, ttl_ms: Option<i64>) -> Self {
+        let parsed = dlock_runtime::inspect::Holder::parse(&owner);
+        Holder {
+            client: parsed.client,
+            label: parsed.label,
+            owner,
+            count,
+            side,
+            ttl_ms,
+        }
+    }
+
+    /// Who holds it, for people: `web-3:4411 order:{id}` (empty when the id carries no label).
+    pub fn who(&self) -> String {
+        match (&self.client, &self.label) {
+            (Some(c), Some(l)) => format!("{c} {l}"),
+            (Some(c), None) => c.clone(),
+            _ => String::new(),
+        }
+    }
 }
 
 #[derive(Serialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -351,12 +382,12 @@ fn redisson_holders(fields: &[(String, String)], mode: &mut Option<String>) -> V
                 Some(owner) => (owner, Some("write")),
                 None => (field.as_str(), rw.then_some("read")),
             };
-            Some(Holder {
-                owner: owner.to_owned(),
-                count: value.parse().unwrap_or(0),
+            Some(Holder::new(
+                owner.to_owned(),
+                value.parse().unwrap_or(0),
                 side,
-                ttl_ms: None,
-            })
+                None,
+            ))
         })
         .collect();
     holders.sort();
@@ -371,12 +402,7 @@ fn from<T: redis::FromRedisValue>(v: Value) -> Result<T, impl std::fmt::Display>
 fn count_holders(fields: &[(String, String)]) -> Vec<Holder> {
     let mut holders: Vec<Holder> = fields
         .iter()
-        .map(|(owner, count)| Holder {
-            owner: owner.clone(),
-            count: count.parse().unwrap_or(0),
-            side: None,
-            ttl_ms: None,
-        })
+        .map(|(owner, count)| Holder::new(owner.clone(), count.parse().unwrap_or(0), None, None))
         .collect();
     holders.sort();
     holders
@@ -409,12 +435,12 @@ fn rw_holders(
         if ttl_ms.is_some_and(|t| t <= 0) {
             continue;
         }
-        holders.push(Holder {
-            owner: owner.to_owned(),
-            count: value.parse().unwrap_or(0),
-            side: Some(side),
+        holders.push(Holder::new(
+            owner.to_owned(),
+            value.parse().unwrap_or(0),
+            Some(side),
             ttl_ms,
-        });
+        ));
     }
     holders.sort();
     (mode, holders)
@@ -425,11 +451,8 @@ fn permit_holders(entries: &[(String, f64)], now_ms: i64) -> Vec<Holder> {
     let mut holders: Vec<Holder> = entries
         .iter()
         .filter(|(_, deadline)| *deadline as i64 > now_ms)
-        .map(|(owner, deadline)| Holder {
-            owner: owner.clone(),
-            count: 1,
-            side: None,
-            ttl_ms: Some(*deadline as i64 - now_ms),
+        .map(|(owner, deadline)| {
+            Holder::new(owner.clone(), 1, None, Some(*deadline as i64 - now_ms))
         })
         .collect();
     holders.sort();

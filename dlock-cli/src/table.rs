@@ -137,6 +137,9 @@ pub fn detail(v: &LockView) -> String {
             .map(|h| {
                 vec![
                     h.owner.clone(),
+                    Some(h.who())
+                        .filter(|w| !w.is_empty())
+                        .unwrap_or_else(|| "-".into()),
                     h.count.to_string(),
                     h.side.unwrap_or("-").to_owned(),
                     h.ttl_ms.map_or_else(|| "-".to_owned(), format_pttl),
@@ -144,7 +147,7 @@ pub fn detail(v: &LockView) -> String {
             })
             .collect();
         out.push('\n');
-        out.push_str(&render(&["HOLDER", "COUNT", "SIDE", "TTL"], &rows));
+        out.push_str(&render(&["HOLDER", "WHO", "COUNT", "SIDE", "TTL"], &rows));
     }
     if let Some(queue) = v.queue.as_ref().filter(|q| !q.is_empty()) {
         out.push('\n');
@@ -158,7 +161,7 @@ pub fn detail(v: &LockView) -> String {
     out
 }
 
-/// One holder in a `list` row: `r 3f2a9c1d…:7 x2`.
+/// One holder in a `list` row: `r 3f2a9c1d…:7 (web-3:4411 order:{id}) x2`.
 pub fn holder_cell(h: &Holder) -> String {
     let side = match h.side {
         Some("read") => "r ",
@@ -170,19 +173,27 @@ pub fn holder_cell(h: &Holder) -> String {
     } else {
         String::new()
     };
-    format!("{side}{}{times}", short_owner(&h.owner))
+    let who = h.who();
+    let who = if who.is_empty() {
+        who
+    } else {
+        format!(" ({who})")
+    };
+    format!("{side}{}{who}{times}", short_owner(&h.owner))
 }
 
 /// An owner id `<32 hex client id>:<sequence>` shortened to the client id's first 8 digits:
 /// enough to tell clients apart in a table (`show` and `--json` give it whole).
 pub fn short_owner(owner: &str) -> String {
+    // The labels after `@` are shown apart (see `Holder::who`).
+    let owner = dlock_runtime::inspect::Holder::parse(owner).owner_id;
     match owner.split_once(':') {
         Some((client, seq))
             if client.len() == 32 && client.bytes().all(|b| b.is_ascii_hexdigit()) =>
         {
             format!("{}…:{seq}", &client[..8])
         }
-        _ => owner.to_owned(),
+        _ => owner,
     }
 }
 
@@ -224,12 +235,7 @@ mod tests {
     }
 
     fn holder(seq: u32, count: i64, side: Option<&'static str>) -> Holder {
-        Holder {
-            owner: format!("{CLIENT}:{seq}"),
-            count,
-            side,
-            ttl_ms: None,
-        }
+        Holder::new(format!("{CLIENT}:{seq}"), count, side, None)
     }
 
     #[test]
@@ -294,7 +300,7 @@ prices   rw         r 01234567…:1, r 01234567…:2                    -      0
         });
         let out = detail(&v);
         assert!(
-            out.contains(&format!("{CLIENT}:1  1      -     4.0s")),
+            out.contains(&format!("{CLIENT}:1  -    1      -     4.0s")),
             "{out}"
         );
         assert!(out.contains("permits  1 used of 3\n"), "{out}");

@@ -627,3 +627,34 @@ async fn stored_locks_refuses_redis_and_says_what_to_do_instead() {
         "{message}"
     );
 }
+
+#[tokio::test]
+async fn holders_say_which_client_and_which_lock_label_hold_them() {
+    let server = RedisServer::start().expect("start redis-server");
+    let url = server.url();
+    let named = LockClient::builder(url.as_str())
+        .name("orders-api@web-3")
+        .build()
+        .await
+        .expect("connect");
+    let held = (named.lock("order:9"))
+        .label("order:{id}")
+        .acquire()
+        .await
+        .expect("acquire");
+    let list = dlock_json(&["list", "--url", &url]).await;
+    let row = entry(&list, "order:9", "plain");
+    let holder = &row["holders"][0];
+    assert_eq!(holder["client"], "orders-api@web-3", "{row}");
+    assert_eq!(holder["label"], "order:{id}", "{row}");
+    let owner = holder["owner"].as_str().expect("owner");
+    assert!(owner.starts_with(named.client_id()), "{owner}");
+    let table = text(&dlock(&["list", "--url", &url]).await.stdout);
+    assert!(table.contains("(orders-api@web-3 order:{id})"), "{table}");
+    let detail = text(&dlock(&["show", "order:9", "--url", &url]).await.stdout);
+    assert!(
+        detail.contains("WHO") && detail.contains("orders-api@web-3 order:{id}"),
+        "{detail}"
+    );
+    held.release().await.expect("release");
+}

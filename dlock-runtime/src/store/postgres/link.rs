@@ -100,21 +100,34 @@ impl PgLink {
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>, PgError> {
-        let client = self.inner.client(self.slot).await?;
         let timeout = self.inner.response_timeout;
-        match tokio::time::timeout(timeout, client.query_typed(sql, params)).await {
-            Err(_) => {
-                self.inner.discard(self.slot, &client);
-                Err(PgError::timeout(what(), timeout))
-            }
-            Ok(Err(e)) => {
-                let e = PgError::postgres(what(), e);
-                if e.is_link_error() {
+        let deadline = tokio::time::Instant::now() + timeout;
+        // A connection the server closed while it sat idle (pg_terminate_backend, an idle
+        // timeout, a restart) may not be seen as closed until a request meets it: that request
+        // is sent once more on a fresh connection. Every op is safe to run twice (an acquire
+        // of the same owner is answered as the first run was, a release has its latch, an
+        // undo its marker), so a request that did reach the server costs nothing more.
+        let mut resent = false;
+        loop {
+            let client = self.inner.client(self.slot).await?;
+            match tokio::time::timeout_at(deadline, client.query_typed(sql, params)).await {
+                Err(_) => {
                     self.inner.discard(self.slot, &client);
+                    return Err(PgError::timeout(what(), timeout));
                 }
-                Err(e)
+                Ok(Err(e)) => {
+                    let closed = e.is_closed();
+                    let e = PgError::postgres(what(), e);
+                    if e.is_link_error() {
+                        self.inner.discard(self.slot, &client);
+                    }
+                    if !closed || resent {
+                        return Err(e);
+                    }
+                    resent = true;
+                }
+                Ok(Ok(rows)) => return Ok(rows),
             }
-            Ok(Ok(rows)) => Ok(rows),
         }
     }
 
