@@ -9,16 +9,17 @@ use super::errors::PgError;
 
 /// The version `migrate` brings a schema to. Raise it whenever `sql/` changes: clients whose
 /// schema is older migrate at connect.
-pub(crate) const VERSION: i32 = 2;
+pub(crate) const VERSION: i32 = 3;
 
 /// Every `CREATE` of the migration, in order; `@schema@` is the quoted schema name, `$body$`
 /// the functions' dollar quote.
-const SOURCES: [&str; 5] = [
+const SOURCES: [&str; 6] = [
     include_str!("sql/schema.sql"),
     include_str!("sql/common.sql"),
     include_str!("sql/plain.sql"),
     include_str!("sql/semaphore.sql"),
     include_str!("sql/rw.sql"),
+    include_str!("sql/fair.sql"),
 ];
 
 /// The key of the transaction-scoped advisory lock the migration takes first, so concurrent
