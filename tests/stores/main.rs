@@ -12,6 +12,7 @@ mod attribute;
 mod both;
 mod connections;
 mod exclusion;
+mod fair;
 mod family;
 mod faults;
 mod frozen_link;
