@@ -229,9 +229,12 @@
 //!   tables and functions on first use, in one transaction, safely from many clients at once.
 //!   A role without CREATE gets an error naming the statement an owner must run once.
 //! * **Kinds**: [`LockClient::lock`], [`LockClient::read_write_lock`],
-//!   [`LockClient::semaphore`], [`LockClient::multi_lock`] and the attribute's `kind`s for
-//!   them. Not offered yet, and refused at the acquire with an error naming the store and the
-//!   kind: the fair lock and the Redisson kinds. Redis-only, refused the same way:
+//!   [`LockClient::semaphore`], [`LockClient::multi_lock`], [`LockClient::fair_lock`] and the
+//!   attribute's `kind`s for them. The fair lock's queue is a table of waiters ordered by the
+//!   server's clock; a release grants the first live one and tells it by `NOTIFY` on a channel
+//!   of its own, and a waiter that stops coming back (every 2/3 s) loses its place within 2 s,
+//!   as on Redis. Refused at the acquire with an error naming the store and the kind: the
+//!   Redisson kinds (they speak Redisson's protocol on Redis). Redis-only, refused the same way:
 //!   `SegmentedStock`, `dlock::inspect`, `synced_replicas` (use `synchronous_commit` and
 //!   `synchronous_standby_names` on the server) and TLS (the store connects without it).
 //! * **Versions**: PostgreSQL 15, as CI checks it (`tests/stores` runs every shared behaviour

@@ -557,6 +557,42 @@ async fn a_fair_release_grants_the_head_and_tells_it() {
     assert!(!link.exists(&Fair, &c.keys.key).await.unwrap());
 }
 
+/// Queue places abandoned for more than a minute (their waiter died, and nobody touched the
+/// lock again) are deleted by other ops' sweeps; fresher ones are left to their own key.
+#[tokio::test(flavor = "multi_thread")]
+async fn abandoned_fair_queue_places_are_swept() {
+    if !available("abandoned_fair_queue_places_are_swept") {
+        return;
+    }
+    let url = shared().url();
+    let schema = fresh_schema("fair_sweep");
+    drop(store_at(&url, &schema).await);
+    let q = super::schema::quote_ident(&schema);
+    let (client, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {q}.fair_queue (key, owner, arrived, keep_until, channel) VALUES \
+             ('old', 'dead', 1, clock_timestamp() - interval '2 minutes', 'c'), \
+             ('new', 'late', 1, clock_timestamp() - interval '1 second', 'c')"
+        ))
+        .await
+        .unwrap();
+    // One call in eight sweeps: 400 calls miss it with probability (7/8)^400, about 1e-23.
+    let sweep = format!("SELECT {q}.fair_sweep(clock_timestamp())");
+    let left = format!("SELECT string_agg(owner, ',' ORDER BY owner) FROM {q}.fair_queue");
+    let mut calls = 0;
+    loop {
+        client.execute(&sweep, &[]).await.unwrap();
+        calls += 1;
+        let row = client.query_one(&left, &[]).await.unwrap();
+        if row.get::<_, Option<String>>(0).as_deref() == Some("late") {
+            break;
+        }
+        assert!(calls < 400, "not swept after {calls} calls");
+    }
+}
+
 /// A schema a version-2 dlock created (before the fair lock's queue) is brought up to this
 /// version at connect, and the fair lock works in it.
 #[tokio::test(flavor = "multi_thread")]

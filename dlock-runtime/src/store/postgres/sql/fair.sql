@@ -70,8 +70,9 @@ $body$;
 
 -- Deletes a few queue rows of any fair lock whose waiter stopped coming back (a lock nobody
 -- touches again keeps them otherwise). Like sweep(): one op in eight, 32 rows at most, SKIP
--- LOCKED, at the very end of its caller. A row past keep_until counts as absent for every op,
--- so deleting it without its key's advisory lock changes no answer.
+-- LOCKED, at the very end of its caller. It runs without the rows' key's advisory lock, so it
+-- leaves a minute's grace: an op of that key that has just read a row as live (its clock a
+-- moment behind this one) never finds it gone under it.
 CREATE OR REPLACE FUNCTION @schema@.fair_sweep(p_now timestamptz) RETURNS void
 LANGUAGE plpgsql SECURITY INVOKER SET search_path = pg_catalog, pg_temp
 AS $body$
@@ -80,7 +81,8 @@ BEGIN
     RETURN;
   END IF;
   DELETE FROM @schema@.fair_queue WHERE (key, owner) IN (
-    SELECT q.key, q.owner FROM @schema@.fair_queue q WHERE q.keep_until < p_now
+    SELECT q.key, q.owner FROM @schema@.fair_queue q
+    WHERE q.keep_until < p_now - interval '1 minute'
     ORDER BY q.keep_until LIMIT 32 FOR UPDATE SKIP LOCKED);
 END
 $body$;
