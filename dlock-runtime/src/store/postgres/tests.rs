@@ -499,6 +499,14 @@ async fn a_fair_release_grants_the_head_and_tells_it() {
     let link = store.link_for(&a.keys.key);
     let (held, token_a) = link.acquire(&Fair, &a, None, LEASE).await.unwrap();
     assert_eq!(held, 1);
+    // A re-entry leaves a marker, so its undo runs once.
+    let marker = format!("{}m", a.keys.latch_prefix);
+    assert_eq!(
+        link.acquire(&Fair, &a, Some(&marker), LEASE).await.unwrap(),
+        (2, 0)
+    );
+    assert_eq!(link.undo_reentry(&Fair, &a, &marker).await.unwrap(), 1);
+    assert_eq!(link.undo_reentry(&Fair, &a, &marker).await.unwrap(), 0);
     let b_channel = pg_channel(&Fair.wait_channel(&b));
     let mut b_told = listen(&shared().url(), &b_channel).await;
     // Refused and queued, told to come back within a third of the keep-alive (2 s).
