@@ -237,9 +237,12 @@
 //!   (`key` = the hash, `full_key` = that text) while the lock has rows. Shorter names are
 //!   stored as they are, at no extra cost. A key prefix may not hold NUL on this store.
 //! * **Kinds**: [`LockClient::lock`], [`LockClient::read_write_lock`],
-//!   [`LockClient::semaphore`], [`LockClient::multi_lock`] and the attribute's `kind`s for
-//!   them. Not offered yet, and refused at the acquire with an error naming the store and the
-//!   kind: the fair lock and the Redisson kinds. Redis-only, refused the same way:
+//!   [`LockClient::semaphore`], [`LockClient::multi_lock`], [`LockClient::fair_lock`] and the
+//!   attribute's `kind`s for them. The fair lock's queue is a table of waiters ordered by the
+//!   server's clock; a release grants the first live one and tells it by `NOTIFY` on a channel
+//!   of its own, and a waiter that stops coming back (every 2/3 s) loses its place within 2 s,
+//!   as on Redis. Refused at the acquire with an error naming the store and the kind: the
+//!   Redisson kinds (they speak Redisson's protocol on Redis). Redis-only, refused the same way:
 //!   `SegmentedStock` and `synced_replicas` (use `synchronous_commit` and
 //!   `synchronous_standby_names` on the server).
 //! * **TLS**: the URL's `sslmode` with libpq's meanings, through rustls (ring, as for

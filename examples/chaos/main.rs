@@ -56,9 +56,9 @@
 //!   streaming standby (asynchronous), a loopback switch in front of whichever is primary
 //!   (`switch.rs`: a promotion repoints it, as a virtual IP would), and one proxy per client in
 //!   front of the switch; every client connects with `application_name=chaos-c<id>`, unsynced
-//!   (PostgreSQL refuses `synced_replicas`). Kinds: plain, read, write and the semaphore (`mix`
-//!   is those four; the store offers neither the fair lock nor Redisson's kinds, and the
-//!   command line refuses `--kind fair` and `redisson`). The register stays on its own Redis
+//!   (PostgreSQL refuses `synced_replicas`). Kinds: plain, fair, read, write and the semaphore
+//!   (`mix` is those five; the store does not offer Redisson's kinds, and the command line
+//!   refuses `--kind redisson`). The register stays on its own Redis
 //!   server. Faults (`pg.rs`): client SIGSTOP and SIGKILL, proxy freeze, delay and cut as on
 //!   the single server; `restart` (SIGKILL of every server process, a start 0.3-1 s later:
 //!   crash recovery from the WAL, nothing committed lost); `terminate` (`pg_terminate_backend`
@@ -247,11 +247,11 @@ impl RunArgs {
                 self.topology.name()
             ));
         }
-        if matches!(self.kind, Kind::Fair | Kind::Redisson) {
-            return Some(format!(
-                "the PostgreSQL store does not offer --kind {}: plain, rw, semaphore or mix",
-                self.kind.name()
-            ));
+        if self.kind == Kind::Redisson {
+            return Some(
+                "the PostgreSQL store does not offer --kind redisson: plain, fair, rw, semaphore or mix"
+                    .to_owned(),
+            );
         }
         postgres_store_missing()
     }

@@ -93,11 +93,11 @@ pub fn mode(name: &str) -> &'static Mode {
 }
 
 /// The modes a run of `kind` draws from (reads twice as often as writes, as readers are
-/// usually the many). PostgreSQL offers neither the fair lock nor Redisson's kinds: its mix is
-/// the rest (the command line refuses `fair` and `redisson` there).
+/// usually the many). PostgreSQL does not offer Redisson's kinds: its mix is the rest (the
+/// command line refuses `redisson` there).
 pub fn of_kind(kind: Kind, store: Store) -> &'static [&'static str] {
     match kind {
-        Kind::Mix if store == Store::Postgres => &["plain", "read", "write", "sem"],
+        Kind::Mix if store == Store::Postgres => &["plain", "fair", "read", "write", "sem"],
         Kind::Plain => &["plain"],
         Kind::Fair => &["fair"],
         Kind::Rw => &["read", "read", "write"],

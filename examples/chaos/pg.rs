@@ -136,7 +136,8 @@ impl PgDeployment {
     /// Every row of dlock's tables on the primary, as the key check reads keys: one per row,
     /// named `pg:<table>:<key>`, with the ms until it ends (`pttl`).
     ///
-    /// * a row with an `expires_at` (holds, markers, intents, latches) ends then; one already
+    /// * a row with an `expires_at` (holds, markers, intents, latches; a fair lock's queue
+    ///   place, `keep_until`) ends then; one already
     ///   past it counts as absent everywhere (the next op on its key deletes it, `sweep()` an
     ///   abandoned one), so it is listed as `pg:<table>(expired):` with pttl 0, and kept;
     /// * release latches are kept on purpose until they expire;
@@ -153,6 +154,7 @@ impl PgDeployment {
                UNION ALL SELECT 'markers', id, {markers} FROM {SCHEMA}.markers \
                UNION ALL SELECT 'intents', key, {intents} FROM {SCHEMA}.intents \
                UNION ALL SELECT 'latches', id, {latches} FROM {SCHEMA}.latches \
+               UNION ALL SELECT 'fair_queue', key || ' ' || owner, {queue} FROM {SCHEMA}.fair_queue \
                UNION ALL SELECT 'fences', key, (last / 1000 + {FENCE_HORIZON_MS}) \
                  - floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint FROM {SCHEMA}.fences \
                UNION ALL SELECT 'permits', p.key, coalesce((SELECT max({hexp}) FROM {SCHEMA}.holds h \
@@ -162,6 +164,7 @@ impl PgDeployment {
             markers = ms("expires_at"),
             intents = ms("expires_at"),
             latches = ms("expires_at"),
+            queue = ms("keep_until"),
             hexp = ms("h.expires_at"),
         );
         let answer = self.primary.psql(&sql).map_err(|e| e.to_string())?;

@@ -1,5 +1,6 @@
-//! `#[distributed_lock]` and `#[distributed_semaphore]` on a client of either store: the same
-//! annotated functions, unchanged, whichever URL the client was built from.
+//! `#[distributed_lock]` (also with `kind = "fair"`) and `#[distributed_semaphore]` on a client
+//! of either store: the same annotated functions, unchanged, whichever URL the client was built
+//! from.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -32,6 +33,25 @@ async fn inside(locks: &LockClient, now: &AtomicUsize, peak: &AtomicUsize) -> Re
     peak.fetch_max(n, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(10)).await;
     now.fetch_sub(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// The same increment under the fair lock of that name; `held` says whether the fair lock was
+/// held (and the plain lock of the same name free) while the body ran.
+#[distributed_lock(key = "stores:attr:fair:{name}", kind = "fair", client = locks, ttl = "30s", wait = "20s")]
+async fn bump_fairly(
+    locks: &LockClient,
+    name: &str,
+    counter: &AtomicUsize,
+    held: &AtomicUsize,
+) -> Result<(), AppError> {
+    let key = format!("stores:attr:fair:{name}");
+    if locks.fair_lock(&key).is_locked().await? && !locks.lock(&key).is_locked().await? {
+        held.fetch_add(1, Ordering::SeqCst);
+    }
+    let seen = counter.load(Ordering::SeqCst);
+    tokio::task::yield_now().await;
+    counter.store(seen + 1, Ordering::SeqCst);
     Ok(())
 }
 
@@ -126,5 +146,41 @@ async fn a_write_function_calls_a_read_helper_twice() {
             .await
             .unwrap_or_else(|e| panic!("{}: held after the write function: {e}", store.name()));
         after.release().await.expect("release");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kind_fair_runs_on_every_store() {
+    for store in stores() {
+        let (a, b) = (store.client().await, store.client().await);
+        let (counter, held) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let calls = (0..10).map(|i| {
+            let client = if i % 2 == 0 { &a } else { &b };
+            bump_fairly(client, "n", &counter, &held)
+        });
+        for r in futures_util::future::join_all(calls).await {
+            r.unwrap_or_else(|e| panic!("{}: {e:?}", store.name()));
+        }
+        assert_eq!(
+            counter.load(Ordering::SeqCst),
+            10,
+            "{}: lost updates",
+            store.name()
+        );
+        assert_eq!(
+            held.load(Ordering::SeqCst),
+            10,
+            "{}: a body ran without the fair lock",
+            store.name()
+        );
+        // Each call returns once its release is written on its client's connection; the
+        // last one may have been `b`'s, whose release `a` does not see before it lands.
+        let lock = a.fair_lock("stores:attr:fair:n");
+        let what = format!("{}: given back after the calls returned", store.name());
+        super::common::eventually(Duration::from_secs(5), &what, || {
+            let lock = lock.clone();
+            async move { !lock.is_locked().await.expect("is_locked") }
+        })
+        .await;
     }
 }

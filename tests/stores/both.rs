@@ -203,3 +203,29 @@ impl Store {
         }
     }
 }
+
+impl Store {
+    /// Places in the queue of the fair lock stored at `key` (a fair lock's `Lock::key`),
+    /// counted as the store keeps them: a dead waiter's place counts until an op on the lock
+    /// drops it. PostgreSQL counts every fair lock's queue: each test server holds one.
+    pub fn fair_queue(&self, key: &str) -> usize {
+        let out = match self {
+            Store::Redis(s) => s.cli(&["ZCARD", &format!("{key}:queue")]),
+            Store::Postgres(s) => s.psql("SELECT count(*) FROM dlock.fair_queue"),
+        };
+        let out = out.expect("read the fair queue");
+        out.trim().parse().expect("a count")
+    }
+
+    /// The keep-alive deadlines of the queue of the fair lock at `key`, as the store prints
+    /// them: they change at every visit of a waiter keeping its place.
+    pub fn fair_keep_alive(&self, key: &str) -> String {
+        match self {
+            Store::Redis(s) => s.cli(&["ZRANGE", &format!("{key}:alive"), "0", "-1", "WITHSCORES"]),
+            Store::Postgres(s) => {
+                s.psql("SELECT owner, keep_until FROM dlock.fair_queue ORDER BY owner")
+            }
+        }
+        .expect("read the fair queue's keep-alive deadlines")
+    }
+}

@@ -1,5 +1,6 @@
-//! The family of kinds on every store: a semaphore, a read-write lock, and a kind a store does
-//! not offer, refused at the call that asks for it, naming the store and the kind.
+//! The family of kinds on every store: a semaphore, a read-write lock (the fair lock has its own
+//! file, `fair.rs`), and a kind a store does not offer, refused at the call that asks for it,
+//! naming the store and the kind.
 
 use std::time::Duration;
 
@@ -78,27 +79,43 @@ async fn readers_share_and_a_writer_excludes() {
     }
 }
 
+/// The Redisson kinds speak Redisson's protocol on Redis: PostgreSQL refuses each of them at the
+/// acquire, naming the lock, the store and the kind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kind_the_store_lacks_is_a_clear_error() {
     for store in stores() {
         let client = store.client().await;
-        let result = client.fair_lock("stores:fair").try_acquire().await;
-        match store {
-            Store::Redis(_) => {
-                let g = result.expect("fair lock on redis").expect("free");
-                g.release().await.expect("release");
-            }
-            Store::Postgres(_) => {
-                let Err(e) = result else {
-                    panic!("postgres: the fair lock was granted");
-                };
-                let text = e.to_string();
-                assert!(
-                    text.contains("stores:fair")
-                        && text.contains("PostgreSQL")
-                        && text.contains("fair"),
-                    "{text}"
-                );
+        let rw = client.redisson_read_write_lock("stores:redisson:rw");
+        let locks = [
+            ("redisson", client.redisson_lock("stores:redisson")),
+            (
+                "redisson_fenced",
+                client.redisson_fenced_lock("stores:redisson:fenced"),
+            ),
+            ("redisson_read", rw.read()),
+            ("redisson_write", rw.write()),
+        ];
+        for (kind, lock) in locks {
+            let result = lock.try_acquire().await;
+            match store {
+                Store::Redis(_) => {
+                    let g = result
+                        .unwrap_or_else(|e| panic!("{kind} on redis: {e}"))
+                        .expect("free");
+                    g.release().await.expect("release");
+                }
+                Store::Postgres(_) => {
+                    let Err(e) = result else {
+                        panic!("postgres: the {kind} lock was granted");
+                    };
+                    let text = e.to_string();
+                    assert!(
+                        text.contains(lock.name())
+                            && text.contains("PostgreSQL")
+                            && text.contains(&format!("the {kind} lock kind")),
+                        "{text}"
+                    );
+                }
             }
         }
     }

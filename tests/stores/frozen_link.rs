@@ -98,6 +98,13 @@ async fn a_write_acquire_landing_after_its_undo_leaves_the_lock_free() {
     .await;
 }
 
+/// The same for the fair lock: the late request is neither granted nor queued (a place would
+/// hold the lock's next grant for nobody until it expired).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_acquire_landing_after_its_undo_leaves_the_lock_free() {
+    late_acquire("fair_release(", |c| c.fair_lock("stores:late-fair")).await;
+}
+
 /// Freezes the command connection of a client, lets its acquire of `lock` time out and be
 /// undone (by the SQL function `release_fn`) on a new connection, then lets the frozen acquire
 /// land: another client must still get the lock at once.

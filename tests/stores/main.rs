@@ -13,6 +13,7 @@ mod both;
 mod connections;
 mod errors;
 mod exclusion;
+mod fair;
 mod family;
 mod faults;
 mod frozen_link;

@@ -130,8 +130,7 @@ impl LockClient {
     }
 
     /// A fair lock called `name`: granted first come, first served across processes. Its keys
-    /// differ from a plain lock's of the same name. Redis only for now: on a PostgreSQL client
-    /// its acquire fails, naming the store and the kind.
+    /// differ from a plain lock's of the same name. On Redis and on PostgreSQL alike.
     pub fn fair_lock(&self, name: impl Into<String>) -> Lock {
         Lock::of_kind(self.shared.clone(), name.into(), Arc::new(Fair))
     }

@@ -1,7 +1,8 @@
 //! dlock's PostgreSQL store and `distributed-lock`'s PostgreSQL backend (session advisory locks)
 //! on one throw-away PostgreSQL server (or `PG_URL`), interleaved in rounds: the uncontended
 //! acquire + release cycle as a ratio to a `SELECT 1` round trip of this run, and the handoff
-//! (release -> the waiting client holds) as a ratio to a `SELECT 1` sent after the same idle time.
+//! (release -> the waiting client holds) as a ratio to a `SELECT 1` sent after the same idle time,
+//! also for dlock's fair lock, whose release grants the waiter and tells it on its own channel.
 
 use std::time::{Duration, Instant};
 
@@ -66,6 +67,7 @@ async fn main() {
 
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     let (mut our_handoffs, mut their_handoffs) = (Vec::new(), Vec::new());
+    let mut fair_handoffs = Vec::new();
     for round in 0..ROUNDS {
         // dlock: the uncontended cycle.
         let lock = a.lock("peers:cycle");
@@ -98,6 +100,21 @@ async fn main() {
             g.release().await.expect("release");
             our_handoffs.push(next.await.expect("task").duration_since(released));
         }
+        // dlock's fair lock: the release grants the parked waiter and NOTIFYs it.
+        for _ in 0..HANDOFFS {
+            let g = a.fair_lock("peers:fair").acquire().await.expect("acquire");
+            let waiting = b.fair_lock("peers:fair").wait(Duration::from_secs(10));
+            let next = tokio::spawn(async move {
+                let g = waiting.acquire().await.expect("next");
+                let at = Instant::now();
+                g.release().await.expect("release");
+                at
+            });
+            tokio::time::sleep(PARKED).await;
+            let released = Instant::now();
+            g.release().await.expect("release");
+            fair_handoffs.push(next.await.expect("task").duration_since(released));
+        }
         // distributed-lock: the same.
         for _ in 0..HANDOFFS {
             let h = provider
@@ -129,7 +146,11 @@ async fn main() {
             ratio(p, rtt)
         );
     }
-    for (name, v) in [("dlock (NOTIFY)", our_handoffs), ("distributed-lock-postgres", their_handoffs)] {
+    for (name, v) in [
+        ("dlock (NOTIFY)", our_handoffs),
+        ("dlock fair (grant + NOTIFY)", fair_handoffs),
+        ("distributed-lock-postgres", their_handoffs),
+    ] {
         let (m, p) = (median(v.clone()), p99(v));
         println!(
             "handoff            {name:38} p50 {m:>10.1?} ({:5.2} idle RTT)  p99 {p:>10.1?} ({:5.2} idle RTT)",

@@ -13,6 +13,9 @@ pub(super) struct Calls {
     pub(super) sem_available: String,
     pub(super) rw_acquire: String,
     pub(super) rw_release: String,
+    pub(super) fair_acquire: String,
+    pub(super) fair_release: String,
+    pub(super) fair_undo_reentry: String,
     pub(super) renew: String,
     pub(super) force_unlock: String,
     pub(super) pttl: String,
@@ -39,6 +42,11 @@ impl Calls {
                 "SELECT held, detail FROM {s}.rw_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9)"
             ),
             rw_release: format!("SELECT {s}.rw_release($1, $2, $3, $4, $5, $6, $7, $8)"),
+            fair_acquire: format!(
+                "SELECT held, detail FROM {s}.fair_acquire($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+            ),
+            fair_release: format!("SELECT {s}.fair_release($1, $2, $3, $4, $5, $6, $7, $8)"),
+            fair_undo_reentry: format!("SELECT {s}.fair_undo_reentry($1, $2, $3, $4, $5, $6)"),
             renew: format!("SELECT {s}.renew($1, $2, $3, $4)"),
             force_unlock: format!("SELECT {s}.force_unlock($1, $2)"),
             pttl: format!("SELECT {s}.pttl($1)"),

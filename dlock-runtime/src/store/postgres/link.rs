@@ -22,6 +22,7 @@ enum Offered {
     Semaphore,
     /// A side of a read-write lock: 'r' or 'w'.
     Rw(&'static str),
+    Fair,
 }
 
 fn offered(kind: &dyn LockKind) -> Result<Offered, PgError> {
@@ -30,7 +31,8 @@ fn offered(kind: &dyn LockKind) -> Result<Offered, PgError> {
         "semaphore" => Ok(Offered::Semaphore),
         "read" => Ok(Offered::Rw("r")),
         "write" => Ok(Offered::Rw("w")),
-        // The fair lock, the Redisson kinds: not here.
+        "fair" => Ok(Offered::Fair),
+        // The Redisson kinds speak Redisson's protocol on Redis: not here.
         other => Err(PgError::not_offered(other)),
     }
 }
@@ -54,6 +56,14 @@ fn refresh(claim: &Claim) -> i64 {
     } else {
         ms(claim.lease)
     }
+}
+
+/// How long a fair lock's waiter keeps its place without coming back, and how long a grant
+/// lasts before its owner renews it: the kind's grant lifetime, as on Redis.
+fn keep_place(kind: &dyn LockKind) -> Result<i64, PgError> {
+    kind.grant_lifetime()
+        .map(ms)
+        .ok_or_else(|| PgError::refused("using a fair lock", "its grant lifetime is unknown"))
 }
 
 fn permits(kind: &dyn LockKind) -> Result<i32, PgError> {
@@ -210,6 +220,27 @@ impl PgLink {
                 )
                 .await?
             }
+            Offered::Fair => {
+                let sql = &self.inner.calls.fair_acquire;
+                // Where a release tells this owner it was granted: the channel it listens on.
+                let grant = pg_channel(&kind.wait_channel(claim));
+                self.call(
+                    what,
+                    sql,
+                    &[
+                        (&claim.keys.key, Type::TEXT),
+                        (&claim.keys.fence, Type::TEXT),
+                        (&reentry, Type::TEXT),
+                        (&lease, Type::INT8),
+                        (&claim.owner, Type::TEXT),
+                        (&ms(marker_ttl), Type::INT8),
+                        (&claim.hard, Type::BOOL),
+                        (&keep_place(kind)?, Type::INT8),
+                        (&grant, Type::TEXT),
+                    ],
+                )
+                .await?
+            }
         };
         Ok((column(&row, 0)?, column(&row, 1)?))
     }
@@ -259,6 +290,28 @@ impl PgLink {
                     .rw_release(what, claim, &channel, side, latch, latch_ttl, "latch")
                     .await?;
                 Ok((left, None))
+            }
+            // As on Redis, the bare count: a freed fair lock is granted to the next waiter
+            // rather than announced to listeners.
+            Offered::Fair => {
+                let sql = &self.inner.calls.fair_release;
+                let row = self
+                    .call(
+                        what,
+                        sql,
+                        &[
+                            (&claim.keys.key, Type::TEXT),
+                            (&claim.keys.fence, Type::TEXT),
+                            (&channel, Type::TEXT),
+                            (&latch, Type::TEXT),
+                            (&claim.owner, Type::TEXT),
+                            (&refresh(claim), Type::INT8),
+                            (&ms(latch_ttl), Type::INT8),
+                            (&keep_place(kind)?, Type::INT8),
+                        ],
+                    )
+                    .await?;
+                Ok((column(&row, 0)?, None))
             }
         }
     }
@@ -326,7 +379,7 @@ impl PgLink {
     }
 
     /// Undoes a re-entry whose caller never saw the reply, if its marker says it ran. The
-    /// reply is the kind's, as on Redis: 1 undone / 0 not (plain), the holds left or -1
+    /// reply is the kind's, as on Redis: 1 undone / 0 not (plain, fair), the holds left or -1
     /// (read-write, semaphore).
     pub(crate) async fn undo_reentry(
         &self,
@@ -371,6 +424,24 @@ impl PgLink {
                     "marker",
                 )
                 .await
+            }
+            Offered::Fair => {
+                let sql = &self.inner.calls.fair_undo_reentry;
+                let row = self
+                    .call(
+                        what,
+                        sql,
+                        &[
+                            (&claim.keys.key, Type::TEXT),
+                            (&claim.keys.fence, Type::TEXT),
+                            (&marker, Type::TEXT),
+                            (&channel, Type::TEXT),
+                            (&claim.owner, Type::TEXT),
+                            (&keep_place(kind)?, Type::INT8),
+                        ],
+                    )
+                    .await?;
+                column(&row, 0)
             }
         }
     }

@@ -20,6 +20,7 @@ const SOURCES: [&str; 6] = [
     include_str!("sql/plain.sql"),
     include_str!("sql/semaphore.sql"),
     include_str!("sql/rw.sql"),
+    include_str!("sql/fair.sql"),
 ];
 
 /// The key of the transaction-scoped advisory lock the migration takes first, so concurrent

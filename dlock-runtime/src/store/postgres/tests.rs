@@ -12,7 +12,7 @@ use tokio_postgres::{AsyncMessage, Config, NoTls};
 use super::channel::pg_channel;
 use super::store::PgStore;
 use crate::backend::names::LockKeys;
-use crate::kinds::{Claim, Fair, LockKind, Plain, Read, Semaphore, Write};
+use crate::kinds::{Claim, Fair, LockKind, Plain, Read, RedissonLock, Semaphore, Write};
 use crate::testing::postgres::PgServer;
 
 const LEASE: Duration = Duration::from_secs(10);
@@ -468,18 +468,178 @@ async fn a_kind_the_store_lacks_is_named() {
     if !available("a_kind_the_store_lacks_is_named") {
         return;
     }
-    let store = store("fair").await;
-    let a = claim(&Fair, "f", "a", LEASE);
+    let store = store("redisson").await;
+    let kind = RedissonLock {
+        sharded: false,
+        fenced: false,
+    };
+    let a = claim(&kind, "r", "a", LEASE);
     let e = store
         .link_for(&a.keys.key)
-        .acquire(&Fair, &a, None, LEASE)
+        .acquire(&kind, &a, None, LEASE)
         .await
-        .expect_err("no fair lock");
+        .expect_err("no Redisson lock");
     assert!(
         e.to_string()
-            .contains("the PostgreSQL store does not offer the fair lock kind"),
+            .contains("the PostgreSQL store does not offer the redisson lock kind"),
         "{e}"
     );
+}
+
+/// The fair lock's SQL: a refused owner queues, a release grants the queue's head directly and
+/// tells it on its own channel (`<owner> <token>`), the head's next attempt finds itself
+/// holding with that token, and the next release grants the next in line.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fair_release_grants_the_head_and_tells_it() {
+    if !available("a_fair_release_grants_the_head_and_tells_it") {
+        return;
+    }
+    let store = store("fair").await;
+    let [a, b, c] = ["a", "b", "c"].map(|o| claim(&Fair, "f", o, LEASE));
+    let link = store.link_for(&a.keys.key);
+    let (held, token_a) = link.acquire(&Fair, &a, None, LEASE).await.unwrap();
+    assert_eq!(held, 1);
+    // A re-entry leaves a marker, so its undo runs once.
+    let marker = format!("{}m", a.keys.latch_prefix);
+    assert_eq!(
+        link.acquire(&Fair, &a, Some(&marker), LEASE).await.unwrap(),
+        (2, 0)
+    );
+    assert_eq!(link.undo_reentry(&Fair, &a, &marker).await.unwrap(), 1);
+    assert_eq!(link.undo_reentry(&Fair, &a, &marker).await.unwrap(), 0);
+    let b_channel = pg_channel(&Fair.wait_channel(&b));
+    let mut b_told = listen(&shared().url(), &b_channel).await;
+    // Refused and queued, told to come back within a third of the keep-alive (2 s).
+    assert_eq!(
+        link.acquire(&Fair, &b, None, LEASE).await.unwrap(),
+        (0, 666)
+    );
+    assert_eq!(link.acquire(&Fair, &c, None, LEASE).await.unwrap().0, 0);
+    // b keeps its place: still ahead of c.
+    assert_eq!(link.acquire(&Fair, &b, None, LEASE).await.unwrap().0, 0);
+
+    let latch = format!("{}la", a.keys.latch_prefix);
+    assert_eq!(
+        link.release(&Fair, &a, &latch, LEASE).await.unwrap(),
+        (0, None)
+    );
+    // Retried: answered from its latch, nothing released twice.
+    assert_eq!(
+        link.release(&Fair, &a, &latch, LEASE).await.unwrap(),
+        (0, None)
+    );
+    let told = tokio::time::timeout(TIMEOUT, b_told.recv())
+        .await
+        .expect("b told within the timeout")
+        .unwrap();
+    let token_b: u64 = told
+        .strip_prefix(&format!("{b_channel}:b "))
+        .unwrap_or_else(|| panic!("a grant to b: {told}"))
+        .parse()
+        .unwrap();
+    assert!(token_b > token_a as u64);
+    assert_eq!(
+        Fair.granted(&b, &told[b_channel.len() + 1..]),
+        Some(token_b)
+    );
+    // b holds without asking; its next attempt says so with the same token.
+    assert_eq!(
+        link.acquire(&Fair, &b, None, LEASE).await.unwrap(),
+        (1, token_b as i64)
+    );
+    assert_eq!(link.renew(&Fair, &[&b]).await.unwrap(), vec![1]);
+    // A late request of a, done, is neither granted nor queued.
+    let latch = format!("{}lb", b.keys.latch_prefix);
+    assert_eq!(
+        link.release(&Fair, &b, &latch, LEASE).await.unwrap(),
+        (0, None)
+    );
+    assert_eq!(link.acquire(&Fair, &a, None, LEASE).await.unwrap().0, 0);
+    // b's release granted c, the only one left in line (a was not queued again).
+    assert_eq!(link.acquire(&Fair, &c, None, LEASE).await.unwrap().0, 1);
+    let latch = format!("{}lc", c.keys.latch_prefix);
+    assert_eq!(
+        link.release(&Fair, &c, &latch, LEASE).await.unwrap(),
+        (0, None)
+    );
+    assert!(!link.exists(&Fair, &c.keys.key).await.unwrap());
+}
+
+/// Queue places abandoned for more than a minute (their waiter died, and nobody touched the
+/// lock again) are deleted by other ops' sweeps; fresher ones are left to their own key.
+#[tokio::test(flavor = "multi_thread")]
+async fn abandoned_fair_queue_places_are_swept() {
+    if !available("abandoned_fair_queue_places_are_swept") {
+        return;
+    }
+    let url = shared().url();
+    let schema = fresh_schema("fair_sweep");
+    drop(store_at(&url, &schema).await);
+    let q = super::schema::quote_ident(&schema);
+    let (client, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {q}.fair_queue (key, owner, arrived, keep_until, channel) VALUES \
+             ('old', 'dead', 1, clock_timestamp() - interval '2 minutes', 'c'), \
+             ('new', 'late', 1, clock_timestamp() - interval '1 second', 'c')"
+        ))
+        .await
+        .unwrap();
+    // One call in eight sweeps: 400 calls miss it with probability (7/8)^400, about 1e-23.
+    let sweep = format!("SELECT {q}.fair_sweep(clock_timestamp())");
+    let left = format!("SELECT string_agg(owner, ',' ORDER BY owner) FROM {q}.fair_queue");
+    let mut calls = 0;
+    loop {
+        client.execute(&sweep, &[]).await.unwrap();
+        calls += 1;
+        let row = client.query_one(&left, &[]).await.unwrap();
+        if row.get::<_, Option<String>>(0).as_deref() == Some("late") {
+            break;
+        }
+        assert!(calls < 400, "not swept after {calls} calls");
+    }
+}
+
+/// A schema a version-2 dlock created (before the fair lock's queue) is brought up to this
+/// version at connect, and the fair lock works in it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_version_2_schema_is_migrated_for_the_fair_lock() {
+    if !available("a_version_2_schema_is_migrated_for_the_fair_lock") {
+        return;
+    }
+    let url = shared().url();
+    let schema = fresh_schema("v2");
+    drop(store_at(&url, &schema).await);
+    // What version 2 had: none of fair.sql's objects, and its version number.
+    let q = super::schema::quote_ident(&schema);
+    let (client, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!(
+            "DROP FUNCTION {q}.fair_acquire, {q}.fair_release, {q}.fair_undo_reentry, \
+             {q}.fair_grant_next, {q}.fair_sweep, {q}.fair_token; \
+             DROP TABLE {q}.fair_queue; UPDATE {q}.meta SET version = 2;"
+        ))
+        .await
+        .unwrap();
+    let store = store_at(&url, &schema).await;
+    let version: i32 = client
+        .query_one(&format!("SELECT max(version) FROM {q}.meta"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, super::schema::VERSION);
+    let [a, b] = ["a", "b"].map(|o| claim(&Fair, "f", o, LEASE));
+    let link = store.link_for(&a.keys.key);
+    assert_eq!(link.acquire(&Fair, &a, None, LEASE).await.unwrap().0, 1);
+    assert_eq!(link.acquire(&Fair, &b, None, LEASE).await.unwrap().0, 0);
+    let queued: i64 = client
+        .query_one(&format!("SELECT count(*) FROM {q}.fair_queue"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(queued, 1);
 }
 
 /// 2N tasks contend for N permits, each taking and giving back a permit a few times: never
