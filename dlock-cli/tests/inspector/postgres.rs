@@ -269,3 +269,38 @@ async fn long_names_and_names_with_nul_are_listed_whole() {
         .starts_with(a.client_id()));
     drop(held);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_locks_queue_is_listed_first_in_line_first() {
+    let Some(server) = server("a_fair_locks_queue_is_listed_first_in_line_first").await else {
+        return;
+    };
+    let url = server.url();
+    let holder = LockClient::connect(&url).await.expect("holder");
+    let waiter = LockClient::connect(&url).await.expect("waiter");
+    let held = (holder.fair_lock("report"))
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .expect("acquire");
+    let lock = waiter.fair_lock("report").wait(Duration::from_secs(30));
+    let waiting = tokio::spawn(async move { lock.acquire().await.map(drop) });
+    let queued = |url: String| async move {
+        let list = dlock_json(&["list", "--url", &url]).await;
+        entry(&list, "report", "fair")["queue"].clone()
+    };
+    until("the waiter queued", || {
+        let queued = queued(url.clone());
+        async move { queued.await.as_array().is_some_and(|q| q.len() == 1) }
+    })
+    .await;
+    // Still queued: the holder keeps the lock until it releases below.
+    let queue = queued(url.clone()).await;
+    let place = queue[0].as_str().expect("an owner id");
+    assert!(place.starts_with(waiter.client_id()), "{queue}");
+    held.release().await.expect("release");
+    waiting
+        .await
+        .unwrap()
+        .expect("the waiter is granted the lock");
+}

@@ -4,8 +4,8 @@
 //! store; leases left are judged by the server's clock, read once for the whole statement.
 //!
 //! Keys are read as stored (`names.rs`: NUL as `%00`, a long key as its hash), and a hashed
-//! key's whole text comes from `long_names`. Where a later table goes: a fair lock's queue
-//! fills `StoredLock::queue` (one more `UNION ALL` arm, `'queue'`, ordered by arrival).
+//! key's whole text comes from `long_names`. A fair lock's live queue places fill
+//! `StoredLock::queue`, first in line first.
 
 use std::collections::BTreeMap;
 
@@ -35,6 +35,10 @@ fn sql(s: &str) -> String {
            FROM {s}.intents i CROSS JOIN now LEFT JOIN {s}.long_names n ON n.key = i.key \
            WHERE i.expires_at > now.t AND ($1::text[] IS NULL OR i.key = ANY ($1)) \
          UNION ALL \
+         SELECT 'queue', q.key, q.owner, q.arrived, NULL, n.full_key \
+           FROM {s}.fair_queue q CROSS JOIN now LEFT JOIN {s}.long_names n ON n.key = q.key \
+           WHERE q.keep_until > now.t AND ($1::text[] IS NULL OR q.key = ANY ($1)) \
+         UNION ALL \
          SELECT 'permits', p.key, NULL, p.permits::bigint, NULL, NULL \
            FROM {s}.permits p \
            WHERE ($1::text[] IS NULL OR p.key = ANY ($1)) \
@@ -61,6 +65,8 @@ pub(crate) async fn stored_locks(
         .await?;
     let mut locks: BTreeMap<String, StoredLock> = BTreeMap::new();
     let mut permits: BTreeMap<String, i64> = BTreeMap::new();
+    // Queue places by key: (arrival in server µs, owner).
+    let mut queued: BTreeMap<String, Vec<(i64, String)>> = BTreeMap::new();
     for row in &rows {
         let column = |i| {
             row.try_get::<_, Option<String>>(i)
@@ -85,6 +91,17 @@ pub(crate) async fn stored_locks(
                 lock.holders
                     .push(StoredHold::new(owner.unwrap_or_default(), count, left));
             }
+            Some("queue") => {
+                // A queue can outlive its lock's holders for a moment (a grant on its way).
+                let lock = locks
+                    .entry(key.clone())
+                    .or_insert_with(|| StoredLock::new(key.clone()));
+                lock.whole_key = whole.or(lock.whole_key.take());
+                queued
+                    .entry(key)
+                    .or_default()
+                    .push((count, owner.unwrap_or_default()));
+            }
             Some("intent") => {
                 let lock = locks
                     .entry(key.clone())
@@ -100,6 +117,12 @@ pub(crate) async fn stored_locks(
     for (key, n) in permits {
         if let Some(lock) = locks.get_mut(&key) {
             lock.permits = u32::try_from(n).ok();
+        }
+    }
+    for (key, mut places) in queued {
+        places.sort();
+        if let Some(lock) = locks.get_mut(&key) {
+            lock.queue = places.into_iter().map(|(_, owner)| owner).collect();
         }
     }
     Ok(locks.into_values().collect())

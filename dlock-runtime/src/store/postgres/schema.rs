@@ -13,7 +13,7 @@ pub(crate) const VERSION: i32 = 3;
 
 /// Every `CREATE` of the migration, in order; `@schema@` is the quoted schema name, `$body$`
 /// the functions' dollar quote.
-const SOURCES: [&str; 6] = [
+const SOURCES: [&str; 8] = [
     include_str!("sql/schema.sql"),
     include_str!("sql/names.sql"),
     include_str!("sql/common.sql"),
@@ -21,6 +21,7 @@ const SOURCES: [&str; 6] = [
     include_str!("sql/semaphore.sql"),
     include_str!("sql/rw.sql"),
     include_str!("sql/fair.sql"),
+    include_str!("sql/grants.sql"),
 ];
 
 /// The key of the transaction-scoped advisory lock the migration takes first, so concurrent

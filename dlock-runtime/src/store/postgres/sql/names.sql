@@ -21,32 +21,3 @@ AS $body$
     VALUES (p_key, p_full, clock_timestamp())
     ON CONFLICT (key) DO UPDATE SET written_at = excluded.written_at
 $body$;
-
--- A schema migrated from version 2 by its owner has roles granted its tables then (`GRANT ...
--- ON ALL TABLES` covers only the tables that exist when it runs): without a grant on this
--- table, their long names and every op's sweep would be refused. So every role that may use
--- `holds` gets the same on this table. Idempotent; the tables are found through their row
--- types, so the schema's name never has to be written as a string literal.
-DO $body$
-DECLARE
-  v_holds oid := (SELECT t.typrelid FROM pg_catalog.pg_type t
-                  WHERE t.oid = pg_catalog.pg_typeof(NULL::@schema@.holds));
-  v_names oid := (SELECT t.typrelid FROM pg_catalog.pg_type t
-                  WHERE t.oid = pg_catalog.pg_typeof(NULL::@schema@.long_names));
-  v_grant record;
-BEGIN
-  FOR v_grant IN
-    SELECT DISTINCT a.grantee, a.privilege_type
-      FROM pg_catalog.pg_class c, LATERAL pg_catalog.aclexplode(c.relacl) a
-      WHERE c.oid = v_holds AND a.grantee <> c.relowner
-        AND a.privilege_type IN ('SELECT', 'INSERT', 'UPDATE', 'DELETE')
-  LOOP
-    EXECUTE pg_catalog.format('GRANT %s ON TABLE %I.%I TO %s', v_grant.privilege_type,
-      (SELECT n.nspname FROM pg_catalog.pg_class c
-         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = v_names),
-      (SELECT c.relname FROM pg_catalog.pg_class c WHERE c.oid = v_names),
-      CASE WHEN v_grant.grantee = 0 THEN 'PUBLIC'
-        ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(v_grant.grantee)) END);
-  END LOOP;
-END
-$body$;
