@@ -790,7 +790,9 @@ mod tests {
             let started = Instant::now();
             assert!(!subscribe(&listener, "a").await);
             let took = started.elapsed();
-            assert!(took < ACK + Duration::from_millis(200), "{took:?}");
+            // Bounded by the ack timeout, not by the pause (which lasts until resumed): a
+            // loaded 2-core machine took 628 ms against a 500 ms bound, so the margin is wide.
+            assert!(took >= ACK && took < ACK + Duration::from_secs(3), "{took:?}");
             server.resume();
             // The replacement LISTENs "a", then wakes its waiters.
             heard.resubscribed().await;
