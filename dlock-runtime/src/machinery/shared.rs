@@ -28,8 +28,8 @@ use crate::machinery::watchdog::Watchdog;
 use crate::machinery::written::Written;
 use crate::machinery::{failover_watch, primary_switch};
 #[cfg(feature = "postgres")]
-use crate::settings::{holder, is_postgres_url, Target};
-use crate::settings::{Bounds, ReplicaSync, Settings};
+use crate::settings::{is_postgres_url, Target};
+use crate::settings::{holder, Bounds, ReplicaSync, Settings};
 use crate::store::error::StoreError;
 use crate::store::link::Link;
 
@@ -310,6 +310,8 @@ impl Shared {
 
     /// A command connection for the stock item `name`, whose segments are Redis keys taken by
     /// Lua scripts: a PostgreSQL client refuses, naming the item and what to use instead.
+    // `name` only names the item in the PostgreSQL refusal.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     pub(crate) fn stock_conn(&self, name: &str) -> Result<Conn, LockError> {
         match &self.backing {
             Backing::Redis { pool, .. } => Ok(pool.get()),
