@@ -27,9 +27,9 @@ use crate::machinery::watchdog::Renewer;
 use crate::machinery::watchdog::Watchdog;
 use crate::machinery::written::Written;
 use crate::machinery::{failover_watch, primary_switch};
+use crate::settings::{holder, Bounds, ReplicaSync, Settings};
 #[cfg(feature = "postgres")]
 use crate::settings::{is_postgres_url, Target};
-use crate::settings::{holder, Bounds, ReplicaSync, Settings};
 use crate::store::error::StoreError;
 use crate::store::link::Link;
 
