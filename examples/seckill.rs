@@ -30,9 +30,13 @@
 //!     PostgreSQL user writes first, and the baseline a lock kept in the same server has to
 //!     justify itself against.
 //!
-//! Prints a table (throughput, latency, sold, oversold, stock stranded while buyers were
-//! refused) and exits non-zero if a locked strategy oversells, strands stock, or fails. With
-//! `--cluster`, a second table gives the commands each master served during each strategy.
+//! Every strategy runs several rounds (`--rounds`), in an order that rotates from round to
+//! round, each round on a fresh stock; a line per round, then a table of the rounds' median and
+//! lowest-highest of two rates: sold/s (units sold per second until the stock is gone) and
+//! answers/s (buyers answered per second, "sold out" refusals included), with latency,
+//! oversold and stock stranded while buyers were refused. Exits non-zero if a locked strategy
+//! oversells, strands stock, fails or its books do not balance in any round. With `--cluster`,
+//! a second table gives the commands each master served during each strategy.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -45,6 +49,8 @@ mod pg_stock;
 mod pg_strategies;
 #[path = "seckill/report.rs"]
 mod report;
+#[path = "seckill/rounds.rs"]
+mod rounds;
 #[path = "seckill/run.rs"]
 mod run;
 #[path = "seckill/strategies.rs"]
@@ -60,7 +66,7 @@ use dlock::redis::aio::MultiplexedConnection;
 use dlock::testing::RedisServer;
 use dlock::{LockClient, LockClientBuilder, SegmentedStock};
 
-use report::{thousands, Row};
+use report::{thousands, Row, Runs};
 use run::Stats;
 use strategies::Shop;
 use support::cluster::{plain_connection, Cluster, Meter};
@@ -80,6 +86,10 @@ struct Args {
     /// Segments for strategies (c) and (d).
     #[arg(long, default_value_t = 16)]
     segments: u32,
+    /// Rounds of every strategy (the table gives their median and range). Default: 15 on one
+    /// Redis server, 9 on a cluster, 7 on PostgreSQL, each about 30 s on a loaded 2-core VM.
+    #[arg(long)]
+    rounds: Option<usize>,
     /// Buyers in flight at once (a service's concurrency limit).
     #[arg(long, default_value_t = 256)]
     in_flight: usize,
@@ -135,6 +145,21 @@ enum Store {
 }
 
 impl Args {
+    /// `--rounds`, or the store's default: the one-server Redis round is the quickest (about 2
+    /// s on a loaded 2-core VM), a cluster's and PostgreSQL's take longer.
+    fn rounds(&self) -> usize {
+        self.rounds.unwrap_or(match (self.store, self.cluster) {
+            (Store::Postgres, _) => 7,
+            (Store::Redis, true) => 9,
+            (Store::Redis, false) => 15,
+        })
+    }
+
+    /// The store's strategies that run, in table order.
+    fn strategies(&self, offered: &[Strategy]) -> Vec<Strategy> {
+        offered.iter().copied().filter(|s| self.runs(*s)).collect()
+    }
+
     /// Whether `strategy` is among the ones to run (all of the store's when none are named).
     fn runs(&self, strategy: Strategy) -> bool {
         self.only.is_empty() || self.only.contains(&strategy)
@@ -194,8 +219,8 @@ struct Deployment {
 }
 
 async fn sale(args: &Args) -> i32 {
-    if args.buyers == 0 || args.units == 0 || args.in_flight == 0 {
-        eprintln!("--buyers, --units and --in-flight must be at least 1");
+    if args.buyers == 0 || args.units == 0 || args.in_flight == 0 || args.rounds() == 0 {
+        eprintln!("--buyers, --units, --in-flight and --rounds must be at least 1");
         return 2;
     }
     if !(1..=dlock::MAX_SEGMENTS).contains(&args.segments) {
@@ -226,43 +251,47 @@ async fn sale(args: &Args) -> i32 {
     };
 
     println!(
-        "seckill: {} buyers, {} units of one item, {} in flight; {}",
+        "seckill: {} buyers, {} units of one item, {} in flight, {} rounds; {}",
         thousands(args.buyers as u64),
         thousands(args.units),
         args.in_flight,
+        args.rounds(),
         redis.describe
     );
 
-    let mut rows = Vec::new();
-    for strategy in [
+    let strategies = args.strategies(&[
         Strategy::A,
         Strategy::B,
         Strategy::C,
         Strategy::D,
         Strategy::E,
-    ] {
-        if args.runs(strategy) {
-            rows.push(run_strategy(strategy, &shop, &redis.meter, args).await);
-        }
-    }
+    ]);
+    let (shop_ref, meter) = (&shop, &redis.meter);
+    let runs = rounds::run(&strategies, args.rounds(), move |strategy| {
+        run_strategy(strategy, shop_ref, meter, args)
+    })
+    .await;
     println!();
-    report::print(&rows, args.units, redis.rtt, "PING");
+    report::print(&runs, args.units, redis.rtt, "PING");
     if !redis.masters.is_empty() {
         println!();
-        report::print_per_master(&rows, &redis.masters);
+        report::print_per_master(&runs, &redis.masters);
     }
 
     cleanup(&shop.prefix, &redis.nodes).await;
-    exit_code(&rows, args.units)
+    exit_code(&runs)
 }
 
 /// 1 (after naming them) if a strategy that claims to be correct oversold, stranded stock,
-/// failed, or its books do not balance; else 0.
-fn exit_code(rows: &[Row], units: u64) -> i32 {
-    let failed: Vec<&str> = rows
+/// failed, or its books do not balance in any round; else 0.
+fn exit_code(runs: &[Runs]) -> i32 {
+    let failed: Vec<String> = runs
         .iter()
-        .filter(|r| r.locked && !r.problems(units).is_empty())
-        .map(|r| r.label)
+        .flat_map(|r| {
+            r.failed_rounds()
+                .into_iter()
+                .map(move |(round, p)| format!("{} round {round}: {}", r.label, p.join(", ")))
+        })
         .collect();
     if failed.is_empty() {
         0

@@ -10,7 +10,7 @@ use dlock::LockClient;
 use crate::pg_stock::{self, StockDb};
 use crate::pg_strategies::{self, PgShop};
 use crate::report::{self, thousands, Row};
-use crate::{run, Args, Strategy, ITEM};
+use crate::{rounds, run, Args, Strategy, ITEM};
 
 /// Connections to the stock table. Buyers' queries are pipelined over them, so a few carry the
 /// 256 buyers in flight; more would mostly add backends contending for the one hot row.
@@ -79,12 +79,13 @@ async fn sell(args: &Args, prefix: &str, url: &str, origin: &str) -> i32 {
         server.push(value);
     }
     println!(
-        "seckill: {} buyers, {} units of one item, {} in flight; postgres {} ({origin}: \
+        "seckill: {} buyers, {} units of one item, {} in flight, {} rounds; postgres {} ({origin}: \
          PostgreSQL {}, fsync {}, synchronous_commit {}); SELECT 1 round trip {}; \
          (d) SegmentedStock and (e) the Lua script are Redis-only",
         thousands(args.buyers as u64),
         thousands(args.units),
         args.in_flight,
+        args.rounds(),
         pg_stock::describe(url),
         server[0],
         server[1],
@@ -97,23 +98,23 @@ async fn sell(args: &Args, prefix: &str, url: &str, origin: &str) -> i32 {
         stock,
         prefix: prefix.to_owned(),
     };
-    let mut rows = Vec::new();
-    for strategy in [Strategy::A, Strategy::B, Strategy::C, Strategy::F] {
-        if args.runs(strategy) {
-            rows.push(match strategy {
-                Strategy::C => segment_locks(&shop, args).await,
-                _ => one_row(strategy, &shop, args).await,
-            });
+    let strategies = args.strategies(&[Strategy::A, Strategy::B, Strategy::C, Strategy::F]);
+    let shop_ref = &shop;
+    let runs = rounds::run(&strategies, args.rounds(), move |strategy| async move {
+        match strategy {
+            Strategy::C => segment_locks(shop_ref, args).await,
+            _ => one_row(strategy, shop_ref, args).await,
         }
-    }
+    })
+    .await;
     println!();
-    report::print(&rows, args.units, rtt, "SELECT 1");
+    report::print(&runs, args.units, rtt, "SELECT 1");
 
     // dlock's own rows (a fencing counter per lock name) stay, as they do for any lock.
     if let Err(e) = shop.stock.delete_run(prefix).await {
         eprintln!("deleting this run's stock rows: {e}");
     }
-    crate::exit_code(&rows, args.units)
+    crate::exit_code(&runs)
 }
 
 /// (a), (b) and (f): the stock in one row.

@@ -11,7 +11,10 @@ use super::strategies::{BuyError, Outcome};
 
 /// What one strategy's run measured.
 pub struct Stats {
+    /// From the first buyer started to the last one answered.
     pub elapsed: Duration,
+    /// Units on sale.
+    pub units: u64,
     /// One per buyer, sorted.
     pub latencies: Vec<Duration>,
     pub sold: u64,
@@ -23,8 +26,20 @@ pub struct Stats {
 }
 
 impl Stats {
-    pub fn orders_per_sec(&self) -> f64 {
+    /// Buyers answered per second, sold or refused: how fast the strategy says yes *or* no, so
+    /// a strategy that refuses quickly once the stock is gone scores high here.
+    pub fn answers_per_sec(&self) -> f64 {
         self.latencies.len() as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// Units sold per second until the stock ran out (the last unit's sale): how fast the
+    /// strategy sells, refusals left out. A run whose stock never ran out (fewer buyers than
+    /// units, or failed buyers) counts its sales over the whole run.
+    pub fn sold_per_sec(&self) -> f64 {
+        match self.sold_out_after {
+            Some(t) => self.sold.min(self.units) as f64 / t.as_secs_f64(),
+            None => self.sold as f64 / self.elapsed.as_secs_f64(),
+        }
     }
 
     pub fn percentile(&self, p: f64) -> Duration {
@@ -107,11 +122,14 @@ where
         w.await.expect("a buyer task panicked");
     }
     let elapsed = start.elapsed();
-    bar.finish();
+    // The round's line (see rounds.rs) is what stays on screen: one bar per run would scroll
+    // every earlier round away.
+    bar.finish_and_clear();
     let mut t = std::mem::take(&mut *tally.lock().unwrap());
     t.latencies.sort_unstable();
     Stats {
         elapsed,
+        units,
         latencies: t.latencies,
         sold: t.sold,
         refused: t.refused,

@@ -3,14 +3,16 @@
 //!
 //! (`distributed-lock`'s Redis backend is its `distributed-lock-redis` crate, used directly.)
 //!
-//! `cargo run --release --example peers` (starts its own redis-server unless REDIS_URL is set;
-//! `-- --rounds 7 --samples 2000` for more). Every round runs each path sample by sample: a hot
-//! PING (for handoffs also a PING sent after the same idle time as a parked waiter), then one
-//! run of each library in an order that rotates, so the load of a shared machine, which drifts
-//! within seconds, falls on all of them alike. Each run is followed by a PING that is not
-//! counted: dlock's call returns with its release's reply still to come, and that reply must
-//! not land on the next library's clock (before this, it made the peers' calls and the PING
-//! look slower).
+//! `cargo run --release --manifest-path perf/peers/Cargo.toml` (starts its own redis-server
+//! unless REDIS_URL is set; `-- --rounds 7 --samples 2000` for more). A crate of its own, so
+//! the peers are not dev-dependencies of dlock (see its Cargo.toml).
+//!
+//! Every round runs each path sample by sample: a hot PING (for handoffs also a PING sent after
+//! the same idle time as a parked waiter), then one run of each library in an order that
+//! rotates, so the load of a shared machine, which drifts within seconds, falls on all of them
+//! alike. Each run is followed by a PING that is not counted: dlock's call returns with its
+//! release's reply still to come, and that reply must not land on the next library's clock
+//! (before this, it made the peers' calls and the PING look slower).
 //!
 //! Paths:
 //! * **cycle**: acquire + release of one key, uncontended, the release awaited;
@@ -32,7 +34,8 @@
 //! Figures are p50/p99 in RTT of the hot PING (handoffs also in the idle PING's), each round's
 //! line, then the median and range of the rounds' p50s, and dlock's ratio to the best peer.
 
-#[path = "support/mod.rs"]
+// The examples' helpers (where Redis is, the PING round trip), shared rather than copied.
+#[path = "../../../examples/support/mod.rs"]
 mod support;
 
 use std::future::Future;
