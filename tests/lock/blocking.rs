@@ -138,3 +138,63 @@ fn bad_input_is_an_error_naming_the_lock() {
     let err = LockClient::connect("redis://127.0.0.1:1").unwrap_err();
     assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
 }
+
+/// A blocking call on the only worker of a multi-thread runtime, through a client built on
+/// that runtime (which drives the client's connections while it lives): the worker's other
+/// tasks must move out of the way, or the call waits for the thread it blocks.
+#[test]
+fn a_blocking_call_on_the_only_worker_that_drives_its_client_answers() {
+    let redis = server();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = redis.url();
+    let (got, took) = rt.block_on(async move {
+        let client = dlock::LockClient::connect(&url).await.unwrap();
+        // A task on the one worker, as a handler calling synchronous code would be.
+        tokio::spawn(async move {
+            let locks = LockClient::from(client);
+            let started = Instant::now();
+            let got = locks.lock("blocking:one-worker").acquire().and_then(|guard| {
+                let token = guard.fencing_token();
+                guard.release().map(|()| token)
+            });
+            (got, started.elapsed())
+        })
+        .await
+        .unwrap()
+    });
+    // Before: the acquire hung for the response timeout (5 s), then failed blaming Redis.
+    let token = got.unwrap_or_else(|e| panic!("after {took:?}: {e}"));
+    assert!(token > 0);
+    assert!(
+        took < Duration::from_secs(2),
+        "the call took {took:?} on the worker its client depends on"
+    );
+}
+
+/// The same on a `current_thread` runtime (the flavor of `#[tokio::test]`): the client built
+/// there is driven by its own thread, so a blocking call in the runtime's one thread answers.
+#[test]
+fn a_blocking_call_inside_a_current_thread_runtime_answers() {
+    let redis = server();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = redis.url();
+    let (got, took) = rt.block_on(async move {
+        let locks = LockClient::from(dlock::LockClient::connect(&url).await.unwrap());
+        let started = Instant::now();
+        let got = locks.lock("blocking:current-thread").acquire().and_then(|guard| {
+            let token = guard.fencing_token();
+            guard.release().map(|()| token)
+        });
+        (got, started.elapsed())
+    });
+    let token = got.unwrap_or_else(|e| panic!("after {took:?}: {e}"));
+    assert!(token > 0);
+    assert!(took < Duration::from_secs(2), "the call took {took:?}");
+}
