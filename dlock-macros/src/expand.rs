@@ -712,8 +712,11 @@ mod tests {
 
     #[test]
     fn all_errors_at_once() {
-        let e = expand_str(r#"key = "{nope}", ttl = "1x""#, "const fn f(id: u8) -> u8 { 1 }")
-            .unwrap_err();
+        let e = expand_str(
+            r#"key = "{nope}", ttl = "1x""#,
+            "const fn f(id: u8) -> u8 { 1 }",
+        )
+        .unwrap_err();
         for part in ["unknown unit", "`const fn`", "`Result<T, E>`"] {
             assert!(e.contains(part), "{part} missing from {e}");
         }

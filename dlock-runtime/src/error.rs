@@ -207,9 +207,7 @@ impl LockError {
             | LockError::InvalidArgument { name, .. }
             | LockError::SelfDeadlock { name, .. }
             | LockError::WouldDeadlock { name, .. }
-            | LockError::BlockingCall { name, .. } => {
-                Some(name.as_str()).filter(|n| !n.is_empty())
-            }
+            | LockError::BlockingCall { name, .. } => Some(name.as_str()).filter(|n| !n.is_empty()),
             LockError::Connect { .. } | LockError::NotConfigured => None,
         }
     }

@@ -162,7 +162,9 @@ fn outer(locks: &LockClient, id: u32) -> Result<(u32, u64), AppError> {
 
 #[distributed_lock(key = "sync:account:{id}", client = locks, wait = "0s")]
 fn inner(locks: &LockClient, id: u32) -> Result<u32, AppError> {
-    let lock = locks.lock(format!("sync:account:{id}")).wait(Duration::ZERO);
+    let lock = locks
+        .lock(format!("sync:account:{id}"))
+        .wait(Duration::ZERO);
     // A third hold shows the count: outer + inner + this one.
     let guard = lock.acquire()?;
     Ok(guard.hold_count())
@@ -172,10 +174,16 @@ fn inner(locks: &LockClient, id: u32) -> Result<u32, AppError> {
 fn a_sync_fn_calling_another_on_the_same_key_re_enters() {
     let env = env();
     let (count, token) = outer(&env.locks, 1).expect("re-entered, not waited for itself");
-    assert_eq!(count, 3, "outer, inner and the explicit acquire share one hold");
+    assert_eq!(
+        count, 3,
+        "outer, inner and the explicit acquire share one hold"
+    );
     assert!(token > 0);
     let lock = env.locks.lock("sync:account:1");
-    assert!(!lock.is_locked().unwrap(), "held after the outer call returned");
+    assert!(
+        !lock.is_locked().unwrap(),
+        "held after the outer call returned"
+    );
 }
 
 #[distributed_lock(key = "sync:doc:{id}", kind = "read", client = locks, wait = "5s")]
@@ -202,7 +210,10 @@ fn read_and_write_kinds_on_sync_fns() {
             .map(|_| s.spawn(|| show(&env.locks, 7, &readers)))
             .collect();
         for c in calls {
-            assert!(c.join().unwrap().unwrap(), "two readers did not hold at once");
+            assert!(
+                c.join().unwrap().unwrap(),
+                "two readers did not hold at once"
+            );
         }
     });
     assert!(edit(&env.locks, 7).unwrap());
@@ -299,7 +310,10 @@ fn a_sync_semaphore_lets_in_its_permits_and_gives_them_back() {
             c.join().unwrap().unwrap();
         }
     });
-    assert!(peak.load(Ordering::SeqCst) <= 2, "more than 2 permits at once");
+    assert!(
+        peak.load(Ordering::SeqCst) <= 2,
+        "more than 2 permits at once"
+    );
     let holders = Meeting::default();
     std::thread::scope(|s| {
         let calls: Vec<_> = (0..2)
@@ -331,7 +345,10 @@ impl<T: std::fmt::Display> Repo<T> {
 
     #[distributed_lock(client = self.locks, wait = "0s")]
     fn default_key(&self) -> Result<String, AppError> {
-        Ok(current_lock().expect("inside a locked body").name().to_owned())
+        Ok(current_lock()
+            .expect("inside a locked body")
+            .name()
+            .to_owned())
     }
 }
 

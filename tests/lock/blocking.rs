@@ -157,10 +157,13 @@ fn a_blocking_call_on_the_only_worker_that_drives_its_client_answers() {
         tokio::spawn(async move {
             let locks = LockClient::from(client);
             let started = Instant::now();
-            let got = locks.lock("blocking:one-worker").acquire().and_then(|guard| {
-                let token = guard.fencing_token();
-                guard.release().map(|()| token)
-            });
+            let got = locks
+                .lock("blocking:one-worker")
+                .acquire()
+                .and_then(|guard| {
+                    let token = guard.fencing_token();
+                    guard.release().map(|()| token)
+                });
             (got, started.elapsed())
         })
         .await
@@ -188,10 +191,13 @@ fn a_blocking_call_inside_a_current_thread_runtime_answers() {
     let (got, took) = rt.block_on(async move {
         let locks = LockClient::from(dlock::LockClient::connect(&url).await.unwrap());
         let started = Instant::now();
-        let got = locks.lock("blocking:current-thread").acquire().and_then(|guard| {
-            let token = guard.fencing_token();
-            guard.release().map(|()| token)
-        });
+        let got = locks
+            .lock("blocking:current-thread")
+            .acquire()
+            .and_then(|guard| {
+                let token = guard.fencing_token();
+                guard.release().map(|()| token)
+            });
         (got, started.elapsed())
     });
     let token = got.unwrap_or_else(|e| panic!("after {took:?}: {e}"));

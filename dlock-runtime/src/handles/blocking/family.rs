@@ -118,7 +118,11 @@ impl Semaphore {
     /// Takes a permit, waiting up to the handle's `wait` (see [`crate::Semaphore::acquire`]).
     pub fn acquire(&self) -> Result<Permit, LockError> {
         let sem = self.sem.clone();
-        let permit = run(&self.shared, self.name(), async move { sem.acquire().await })??;
+        let permit = run(
+            &self.shared,
+            self.name(),
+            async move { sem.acquire().await },
+        )??;
         Ok(Permit::new(&self.shared, permit))
     }
 
@@ -126,16 +130,22 @@ impl Semaphore {
     /// [`crate::Semaphore::try_acquire`]).
     pub fn try_acquire(&self) -> Result<Option<Permit>, LockError> {
         let sem = self.sem.clone();
-        let got = run(&self.shared, self.name(), async move {
-            sem.try_acquire().await
-        })??;
+        let got = run(
+            &self.shared,
+            self.name(),
+            async move { sem.try_acquire().await },
+        )??;
         Ok(got.map(|permit| Permit::new(&self.shared, permit)))
     }
 
     /// How many permits are free right now (see [`crate::Semaphore::available`]).
     pub fn available(&self) -> Result<u32, LockError> {
         let sem = self.sem.clone();
-        run(&self.shared, self.name(), async move { sem.available().await })?
+        run(
+            &self.shared,
+            self.name(),
+            async move { sem.available().await },
+        )?
     }
 
     fn map(self, f: impl FnOnce(AsyncSemaphore) -> AsyncSemaphore) -> Self {

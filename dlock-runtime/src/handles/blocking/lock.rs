@@ -60,7 +60,11 @@ impl Lock {
     /// Re-enters a hold of this lock that a guard alive on this thread owns.
     pub fn acquire(&self) -> Result<LockGuard, LockError> {
         let lock = self.lock.clone();
-        let guard = acquire_here(&self.shared, self.name(), async move { lock.acquire().await })?;
+        let guard = acquire_here(
+            &self.shared,
+            self.name(),
+            async move { lock.acquire().await },
+        )?;
         Ok(LockGuard::on_this_thread(guard))
     }
 
@@ -77,7 +81,11 @@ impl Lock {
     /// Whether anybody holds the lock right now.
     pub fn is_locked(&self) -> Result<bool, LockError> {
         let lock = self.lock.clone();
-        run(&self.shared, self.name(), async move { lock.is_locked().await })?
+        run(
+            &self.shared,
+            self.name(),
+            async move { lock.is_locked().await },
+        )?
     }
 
     /// How long the current lease has left; `None` when the lock is free (see

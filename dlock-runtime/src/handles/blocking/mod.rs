@@ -132,6 +132,13 @@ impl LockClient {
         AsyncClient::global().map(LockClient::from)
     }
 
+    /// Makes this client the process default (see [`crate::LockClient::install`]): the one
+    /// [`LockClient::global`], `#[distributed_lock]` without `client = ...` (on plain and
+    /// async functions) and [`crate::LockClient::global`] use. Returns the client it replaces.
+    pub fn install(self) -> Option<AsyncClient> {
+        self.inner.install()
+    }
+
     /// The async client behind this one, for the parts of the API this module does not
     /// mirror (stock, fence checks, inspection).
     pub fn as_async(&self) -> &AsyncClient {

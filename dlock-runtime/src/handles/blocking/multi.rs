@@ -138,7 +138,10 @@ impl MultiGuard {
     /// already); `None` if this guard does not hold it.
     pub fn hold_count(&self, name: &str) -> Option<u32> {
         let guards = self.async_guard().guards();
-        guards.iter().find(|g| g.name() == name).map(|g| g.hold_count())
+        guards
+            .iter()
+            .find(|g| g.name() == name)
+            .map(|g| g.hold_count())
     }
 
     /// True once any of the locks is known to be no longer held (see

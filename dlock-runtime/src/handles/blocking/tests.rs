@@ -34,6 +34,9 @@ fn a_blocking_call_on_the_clients_own_thread_fails_at_once() {
     }
     assert!(took < Duration::from_secs(1), "answered after {took:?}");
     // The client itself is unharmed: the same call from this thread works.
-    let guard = locks.lock("blocking:own-thread").acquire().expect("acquire");
+    let guard = locks
+        .lock("blocking:own-thread")
+        .acquire()
+        .expect("acquire");
     guard.release().expect("release");
 }
