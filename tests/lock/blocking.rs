@@ -204,3 +204,53 @@ fn a_blocking_call_inside_a_current_thread_runtime_answers() {
     assert!(token > 0);
     assert!(took < Duration::from_secs(2), "the call took {took:?}");
 }
+
+/// Redisson's kinds (Redis only: they speak its protocol) through the blocking client:
+/// `RLock` and `RFencedLock` re-enter per thread, `RReadWriteLock` shares, excludes and
+/// downgrades on one thread.
+#[test]
+fn the_redisson_kinds_from_a_plain_thread() {
+    let redis = server();
+    let locks = LockClient::connect(&redis.url()).unwrap();
+    let other = LockClient::connect(&redis.url()).unwrap();
+    for lock in [
+        locks.redisson_lock("blocking:rlock"),
+        locks.redisson_fenced_lock("blocking:rfenced"),
+    ] {
+        let lock = lock.wait(Duration::ZERO);
+        let outer = lock.acquire().unwrap();
+        let inner = lock.acquire().expect("the same thread re-enters");
+        assert_eq!(inner.hold_count(), 2, "{}", lock.name());
+        let busy = std::thread::scope(|s| {
+            s.spawn(|| {
+                let theirs = other.redisson_lock(lock.name());
+                theirs.try_acquire().map(|g| g.is_none())
+            })
+            .join()
+            .unwrap()
+        });
+        assert!(busy.unwrap(), "{}: another owner got a held RLock", lock.name());
+        inner.release().unwrap();
+        outer.release().unwrap();
+        assert!(!lock.is_locked().unwrap(), "{}", lock.name());
+    }
+    let rw = locks.redisson_read_write_lock("blocking:rrw");
+    let theirs = other.redisson_read_write_lock("blocking:rrw");
+    let w = rw.write().acquire().unwrap();
+    let r = rw.read().wait(Duration::ZERO).acquire().expect("a downgrade");
+    w.release().unwrap();
+    let (reader, writer) = std::thread::scope(|s| {
+        s.spawn(|| {
+            let reader = theirs.read().try_acquire().map(|g| g.is_some());
+            let writer = theirs.write().try_acquire().map(|g| g.is_some());
+            (reader, writer)
+        })
+        .join()
+        .unwrap()
+    });
+    assert!(reader.unwrap(), "readers share an RReadWriteLock");
+    assert!(!writer.unwrap(), "a writer beside the downgraded reader");
+    r.release().unwrap();
+    let w = theirs.write().wait(Duration::from_secs(5)).acquire().unwrap();
+    w.release().unwrap();
+}

@@ -1,5 +1,5 @@
 #![allow(dead_code)]
-use dlock::{distributed_semaphore, LockError};
+use dlock::distributed_semaphore;
 
 // The sync forms keep every rule of the async ones: here, the `Result`.
 #[distributed_semaphore(key = "job", permits = 2)]
