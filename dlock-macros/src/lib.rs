@@ -511,10 +511,10 @@ use proc_macro::TokenStream;
 ///
 /// # On a plain `fn`
 ///
-/// On a function without `async` the attribute takes the lock through
-/// [`dlock::blocking`](https://docs.rs/dlock/latest/dlock/blocking/): the same options, key
-/// checks, kinds, `keys`, `on_busy` and `map_err`, and the same release on every way out, for
-/// synchronous code (a CLI, a batch job, a synchronous framework's handler).
+/// On a function without `async` the attribute takes the lock through `dlock::blocking`: the
+/// same options, key checks, kinds, `keys`, `on_busy` and `map_err`, and the same release on
+/// every way out, for synchronous code (a CLI, a batch job, a synchronous framework's
+/// handler).
 ///
 /// ```no_run
 /// use dlock::{distributed_lock, LockError};

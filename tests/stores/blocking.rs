@@ -174,7 +174,8 @@ fn a_blocking_multi_lock_takes_all_or_none() {
 }
 
 #[derive(Debug)]
-struct AppError(String);
+// Read through `Debug` when a test fails.
+struct AppError(#[allow(dead_code)] String);
 
 impl From<LockError> for AppError {
     fn from(e: LockError) -> Self {
