@@ -229,7 +229,11 @@ fn the_redisson_kinds_from_a_plain_thread() {
             .join()
             .unwrap()
         });
-        assert!(busy.unwrap(), "{}: another owner got a held RLock", lock.name());
+        assert!(
+            busy.unwrap(),
+            "{}: another owner got a held RLock",
+            lock.name()
+        );
         inner.release().unwrap();
         outer.release().unwrap();
         assert!(!lock.is_locked().unwrap(), "{}", lock.name());
@@ -237,7 +241,11 @@ fn the_redisson_kinds_from_a_plain_thread() {
     let rw = locks.redisson_read_write_lock("blocking:rrw");
     let theirs = other.redisson_read_write_lock("blocking:rrw");
     let w = rw.write().acquire().unwrap();
-    let r = rw.read().wait(Duration::ZERO).acquire().expect("a downgrade");
+    let r = rw
+        .read()
+        .wait(Duration::ZERO)
+        .acquire()
+        .expect("a downgrade");
     w.release().unwrap();
     let (reader, writer) = std::thread::scope(|s| {
         s.spawn(|| {
@@ -251,6 +259,10 @@ fn the_redisson_kinds_from_a_plain_thread() {
     assert!(reader.unwrap(), "readers share an RReadWriteLock");
     assert!(!writer.unwrap(), "a writer beside the downgraded reader");
     r.release().unwrap();
-    let w = theirs.write().wait(Duration::from_secs(5)).acquire().unwrap();
+    let w = theirs
+        .write()
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .unwrap();
     w.release().unwrap();
 }
