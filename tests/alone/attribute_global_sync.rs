@@ -8,7 +8,9 @@ use dlock::{distributed_lock, distributed_semaphore, LockError};
 
 #[distributed_lock(key = "report:{day}", wait = "0s")]
 fn report(day: u32) -> Result<bool, LockError> {
-    LockClient::global()?.lock(format!("report:{day}")).is_locked()
+    LockClient::global()?
+        .lock(format!("report:{day}"))
+        .is_locked()
 }
 
 #[distributed_semaphore(key = "exports", permits = 1, wait = "0s")]
@@ -28,7 +30,10 @@ fn the_installed_client_and_not_configured() {
     let replaced = locks.clone().install();
     assert!(replaced.is_none());
     assert!(report(1).unwrap(), "the body ran without its lock");
-    assert!(!locks.lock("report:1").is_locked().unwrap(), "held after the call");
+    assert!(
+        !locks.lock("report:1").is_locked().unwrap(),
+        "held after the call"
+    );
     assert_eq!(export().unwrap(), 0, "the body ran without its permit");
     assert_eq!(locks.semaphore("exports", 1).available().unwrap(), 1);
 }

@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::handles::blocking;
+use crate::handles::blocking::call;
 use crate::machinery::hold::Hold;
 use crate::machinery::scope;
 
@@ -49,7 +49,7 @@ use crate::machinery::scope;
 /// # Ok(()) }
 /// ```
 pub fn current_lock() -> Option<CurrentLock> {
-    blocking::innermost_here()
+    call::innermost_here()
         .or_else(scope::innermost)
         .map(|hold| CurrentLock { hold })
 }

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::LockError;
+use crate::handles::blocking::call::run;
 use crate::handles::blocking::lock::Lock;
-use crate::handles::blocking::run;
 use crate::handles::rwlock::ReadWriteLock as AsyncReadWriteLock;
 use crate::handles::semaphore::{Permit as AsyncPermit, Semaphore as AsyncSemaphore};
 use crate::machinery::shared::Shared;

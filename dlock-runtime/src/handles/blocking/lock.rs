@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::LockError;
-use crate::handles::blocking::{acquire_here, enter, leave, run};
+use crate::handles::blocking::call::{acquire_here, enter, leave, run};
 use crate::handles::guard::LockGuard as AsyncGuard;
 use crate::handles::lock::Lock as AsyncLock;
 use crate::machinery::shared::Shared;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::LockError;
-use crate::handles::blocking::{acquire_here, enter, leave, run};
+use crate::handles::blocking::call::{acquire_here, enter, leave, run};
 use crate::handles::multi::{MultiGuard as AsyncMultiGuard, MultiLock as AsyncMultiLock};
 use crate::machinery::shared::Shared;
 
