@@ -102,6 +102,55 @@ pub mod __private {
         }
     }
 
+    /// What `client = ...` of a plain `fn` may be: a blocking client, or a reference or
+    /// smart pointer to one. Through a trait so that an async client given there gets one
+    /// message saying what to pass instead.
+    #[diagnostic::on_unimplemented(
+        message = "`client = ...` on a plain `fn` must be a `dlock::blocking::LockClient`, and `{Self}` is not one",
+        label = "not a `dlock::blocking::LockClient`",
+        note = "a plain `fn` takes its lock through the blocking client; make one from an async client with `dlock::blocking::LockClient::from(client.clone())` (both share the connections and the locks), or make the function `async`"
+    )]
+    pub trait BlockingClient {
+        /// The blocking client itself.
+        fn blocking_client(&self) -> &crate::blocking::LockClient;
+    }
+
+    impl BlockingClient for crate::blocking::LockClient {
+        fn blocking_client(&self) -> &crate::blocking::LockClient {
+            self
+        }
+    }
+
+    impl<T: BlockingClient + ?Sized> BlockingClient for &T {
+        fn blocking_client(&self) -> &crate::blocking::LockClient {
+            (**self).blocking_client()
+        }
+    }
+
+    impl<T: BlockingClient + ?Sized> BlockingClient for &mut T {
+        fn blocking_client(&self) -> &crate::blocking::LockClient {
+            (**self).blocking_client()
+        }
+    }
+
+    impl<T: BlockingClient + ?Sized> BlockingClient for Box<T> {
+        fn blocking_client(&self) -> &crate::blocking::LockClient {
+            (**self).blocking_client()
+        }
+    }
+
+    impl<T: BlockingClient + ?Sized> BlockingClient for std::sync::Arc<T> {
+        fn blocking_client(&self) -> &crate::blocking::LockClient {
+            (**self).blocking_client()
+        }
+    }
+
+    impl<T: BlockingClient + ?Sized> BlockingClient for std::rc::Rc<T> {
+        fn blocking_client(&self) -> &crate::blocking::LockClient {
+            (**self).blocking_client()
+        }
+    }
+
     /// The receiver type's name as it appears in a default key: `type_name` with every path
     /// shortened to its last segment (`my_app::jobs::Cleanup<alloc::string::String>` ->
     /// `Cleanup<String>`), so moving a type between modules does not change its keys, while

@@ -40,16 +40,20 @@ pub(crate) fn expand(
         Err(e) => {
             errors.push(syn::Error::new(
                 e.span(),
-                format!("{} goes on an `async fn` with a body: {e}", which.name()),
+                format!(
+                    "{} goes on a function with a body (an `async fn`, or a plain `fn` for the \
+                     blocking client): {e}",
+                    which.name()
+                ),
             ));
             errors.finish()?;
             unreachable!("an error was pushed");
         }
     };
-    let is_async = check_async(&func, which)
+    let shape_ok = check_shape(&func, which)
         .map_err(|e| errors.push(e))
         .is_ok();
-    let error_site = if is_async || !looks_like_async_trait(&func) {
+    let error_site = if shape_ok || !looks_like_async_trait(&func) {
         error_site(&func.sig, which).map_err(|e| errors.push(e))
     } else {
         // Its `Pin<Box<dyn Future>>` return type is not the user's mistake: say nothing more.
@@ -104,7 +108,9 @@ enum What<'t> {
     Semaphore(Option<&'t Template>, u32),
 }
 
-fn check_async(func: &ItemFn, which: Attr) -> syn::Result<()> {
+/// An `async fn` takes the lock with the async client; a plain `fn` with the blocking one
+/// (`dlock::blocking`). What neither can lock is refused here.
+fn check_shape(func: &ItemFn, which: Attr) -> syn::Result<()> {
     let name = which.name();
     if func.sig.asyncness.is_some() {
         return Ok(());
@@ -121,13 +127,16 @@ fn check_async(func: &ItemFn, which: Attr) -> syn::Result<()> {
             ),
         ));
     }
-    Err(syn::Error::new(
-        func.sig.fn_token.span,
-        format!(
-            "{name} goes on an `async fn`: the lock is acquired with `.await` before the body \
-             runs; write `async fn`"
-        ),
-    ))
+    if let Some(constness) = &func.sig.constness {
+        return Err(syn::Error::new(
+            constness.span,
+            format!(
+                "{name} cannot go on a `const fn`: taking a lock talks to the store at run \
+                 time; remove `const`"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// #[async_trait] output: `fn f(..) -> Pin<Box<dyn Future<..> + ..>> { Box::pin(async move ..) }`.
@@ -337,12 +346,26 @@ fn generate(args: &Args, what: What<'_>, func: ItemFn, error_site: ErrorSite) ->
         }
     };
 
+    // A plain `fn` takes the lock through the blocking client: the same handles and guards,
+    // each call run on the client's own thread, re-entry following the calling thread.
+    let sync = sig.asyncness.is_none();
+    let client_ty = if sync {
+        quote! { #krate::blocking::LockClient }
+    } else {
+        quote! { #krate::LockClient }
+    };
     let get_client = match &args.client {
         // `&(expr)` then deref coercion: `self.locks`, `state.locks`, `&client` and
         // `Arc<LockClient>` all work, and nothing is cloned.
-        Some(expr) => quote! { let #client: &#krate::LockClient = &(#expr); },
+        Some(expr) if !sync => quote! { let #client: &#krate::LockClient = &(#expr); },
+        // Through a trait, so an async `LockClient` given to a plain `fn` is one error saying
+        // what to pass instead (rustc's "expected `LockClient`, found `LockClient`" would not).
+        Some(expr) => quote_spanned! {expr.span()=>
+            let #client: &#krate::blocking::LockClient =
+                #krate::__private::BlockingClient::blocking_client(&(#expr));
+        },
         None => quote! {
-            let #client = match #krate::LockClient::global() {
+            let #client = match #client_ty::global() {
                 ::core::result::Result::Ok(c) => c,
                 #[allow(clippy::useless_conversion)] // `E` may be `LockError` itself
                 ::core::result::Result::Err(#err) => return #lock_failed,
@@ -407,39 +430,75 @@ fn generate(args: &Args, what: What<'_>, func: ItemFn, error_site: ErrorSite) ->
                 Kind::RedissonWrite => quote! { #client.redisson_read_write_lock(#key).write() },
             };
             let handle = quote! { #handle.label(#label) };
-            (
-                handle,
-                quote! { #guard.scope(async move #block).await },
-                quote! { #krate::LockGuard::release_written(#guard).await; },
-            )
+            if sync {
+                (
+                    handle,
+                    // The guard, alive on this thread while the body runs, is the scope.
+                    quote! { (move || -> #ret_ty #block)() },
+                    quote! { #krate::blocking::LockGuard::release_written(#guard); },
+                )
+            } else {
+                (
+                    handle,
+                    quote! { #guard.scope(async move #block).await },
+                    quote! { #krate::LockGuard::release_written(#guard).await; },
+                )
+            }
         }
-        What::Multi(templates) => (
-            {
-                let label: Vec<String> = templates.iter().map(|t| t.lit.value()).collect();
-                let label = label.join(",");
-                quote! { #client.multi_lock(#key).label(#label) }
-            },
-            quote! { #krate::MultiGuard::scope(&#guard, async move #block).await },
-            quote! { #krate::MultiGuard::release_logged(#guard).await; },
-        ),
+        What::Multi(templates) => {
+            let label: Vec<String> = templates.iter().map(|t| t.lit.value()).collect();
+            let label = label.join(",");
+            let handle = quote! { #client.multi_lock(#key).label(#label) };
+            if sync {
+                (
+                    handle,
+                    quote! { (move || -> #ret_ty #block)() },
+                    quote! { #krate::blocking::MultiGuard::release_logged(#guard); },
+                )
+            } else {
+                (
+                    handle,
+                    quote! { #krate::MultiGuard::scope(&#guard, async move #block).await },
+                    quote! { #krate::MultiGuard::release_logged(#guard).await; },
+                )
+            }
+        }
         What::Semaphore(t, permits) => {
             let permits = proc_macro2::Literal::u32_unsuffixed(permits);
             let label = t.map_or_else(|| sig.ident.to_string(), |t| t.lit.value());
-            (
-                quote! { #client.semaphore(#key, #permits).label(#label) },
-                // Permits are not re-entrant: no scope, the body runs as it is.
-                quote! { (async move #block).await },
-                quote! { #krate::Permit::release_logged(#guard).await; },
-            )
+            let handle = quote! { #client.semaphore(#key, #permits).label(#label) };
+            // Permits are not re-entrant: no scope, the body runs as it is.
+            if sync {
+                (
+                    handle,
+                    quote! { (move || -> #ret_ty #block)() },
+                    quote! { #krate::blocking::Permit::release_logged(#guard); },
+                )
+            } else {
+                (
+                    handle,
+                    quote! { (async move #block).await },
+                    quote! { #krate::Permit::release_logged(#guard).await; },
+                )
+            }
         }
+    };
+    // A plain `fn`'s body runs as a closure called at once, so `return` and `?` end it and
+    // not the function: they cannot skip the release.
+    let allow_closure = sync.then(|| quote! { #[allow(clippy::redundant_closure_call)] });
+    let acquire = if sync {
+        quote! { .acquire() }
+    } else {
+        quote! { .acquire().await }
     };
     let body = quote! {
         #(#inner_attrs)*
         let #key: #key_ty = #key_expr;
         #get_client
-        let #acquired = #handle #(#options)* .acquire().await;
+        let #acquired = #handle #(#options)* #acquire;
         match #acquired {
             ::core::result::Result::Ok(#guard) => {
+                #allow_closure
                 let #ret: #ret_ty = #run;
                 // The body's result wins over a failed release: its effects already
                 // happened, and the lease expires on its own. The runtime logs it.
@@ -622,8 +681,13 @@ mod tests {
 
     #[test]
     fn item_errors() {
-        let e = expand_str("", "fn f() -> Result<(), E> { Ok(()) }").unwrap_err();
-        assert!(e.contains("goes on an `async fn`"), "{e}");
+        let e = expand_str("", "const fn f() -> Result<(), E> { Ok(()) }").unwrap_err();
+        assert!(e.contains("cannot go on a `const fn`"), "{e}");
+        let e = expand_str("", "fn f() -> u8 { 1 }").unwrap_err();
+        assert!(
+            e.contains("needs the function to return `Result<T, E>`"),
+            "{e}"
+        );
         let e = expand_str("", "async fn f() -> u8 { 1 }").unwrap_err();
         assert!(
             e.contains("needs the function to return `Result<T, E>`"),
@@ -640,7 +704,7 @@ mod tests {
         assert!(e.contains("#[async_trait]"), "{e}");
         assert!(expand_str("", "struct S;")
             .unwrap_err()
-            .contains("goes on an `async fn`"));
+            .contains("goes on a function with a body"));
         assert!(expand_str("", "async fn f() -> io::Result<()> { Ok(()) }").is_ok());
         assert!(expand_str("", "async fn f() -> JobResult<()> { Ok(()) }").is_ok());
         assert!(expand_str("", "async fn f() -> Option<()> { None }").is_err());
@@ -648,9 +712,12 @@ mod tests {
 
     #[test]
     fn all_errors_at_once() {
-        let e =
-            expand_str(r#"key = "{nope}", ttl = "1x""#, "fn f(id: u8) -> u8 { 1 }").unwrap_err();
-        for part in ["unknown unit", "`async fn`", "`Result<T, E>`"] {
+        let e = expand_str(
+            r#"key = "{nope}", ttl = "1x""#,
+            "const fn f(id: u8) -> u8 { 1 }",
+        )
+        .unwrap_err();
+        for part in ["unknown unit", "`const fn`", "`Result<T, E>`"] {
             assert!(e.contains(part), "{part} missing from {e}");
         }
         // The key is checked even when the other options are wrong.
@@ -760,12 +827,82 @@ mod tests {
         let e = expand_as(
             Attr::Semaphore,
             "permits = 1",
-            "fn f() -> Result<(), E> { Ok(()) }",
+            "const fn f() -> Result<(), E> { Ok(()) }",
         )
         .unwrap_err();
         assert!(
-            e.contains("#[distributed_semaphore] goes on an `async fn`"),
+            e.contains("#[distributed_semaphore] cannot go on a `const fn`"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn sync_expansions() {
+        let out = expand_str(
+            r#"key = "order:{id}", ttl = "30s""#,
+            "fn pay(id: u8) -> Result<u8, AppError> { Ok(id) }",
+        )
+        .unwrap();
+        let want = quote! {
+            fn pay(id: u8) -> Result<u8, AppError> {
+                let __dlock_key: ::std::string::String =
+                    ::std::format!("order:{}", ::dlock::KeyPart(&id));
+                let __dlock_client = match ::dlock::blocking::LockClient::global() {
+                    ::core::result::Result::Ok(c) => c,
+                    #[allow(clippy::useless_conversion)]
+                    ::core::result::Result::Err(__dlock_err) =>
+                        return ::core::result::Result::Err(
+                            <AppError as ::core::convert::From<::dlock::LockError>>::from(__dlock_err)),
+                };
+                let __dlock_acquired = __dlock_client.lock(__dlock_key)
+                    .label("order:{id}")
+                    .ttl(::core::time::Duration::from_millis(30000))
+                    .acquire();
+                match __dlock_acquired {
+                    ::core::result::Result::Ok(__dlock_guard) => {
+                        #[allow(clippy::redundant_closure_call)]
+                        let __dlock_ret: Result<u8, AppError> =
+                            (move || -> Result<u8, AppError> { Ok(id) })();
+                        ::dlock::blocking::LockGuard::release_written(__dlock_guard);
+                        __dlock_ret
+                    }
+                    #[allow(clippy::useless_conversion)]
+                    ::core::result::Result::Err(__dlock_err) =>
+                        ::core::result::Result::Err(
+                            <AppError as ::core::convert::From<::dlock::LockError>>::from(__dlock_err)),
+                }
+            }
+        };
+        assert_eq!(out, want.to_string());
+
+        let out = expand_str(
+            r#"keys = ["a:{x}", "b:{x}"], client = self.locks"#,
+            "fn t(&self, x: u8) -> Result<(), E> { Ok(()) }",
+        )
+        .unwrap();
+        assert!(
+            out.contains(
+                "let __dlock_client : & :: dlock :: blocking :: LockClient = :: dlock :: \
+                 __private :: BlockingClient :: blocking_client (& (self . locks)) ;"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(":: dlock :: blocking :: MultiGuard :: release_logged (__dlock_guard) ;"),
+            "{out}"
+        );
+        assert!(!out.contains("await"), "{out}");
+
+        let out = expand_as(
+            Attr::Semaphore,
+            r#"permits = 2"#,
+            "fn x() -> Result<(), E> { Ok(()) }",
+        )
+        .unwrap();
+        assert!(
+            out.contains(":: dlock :: blocking :: Permit :: release_logged (__dlock_guard) ;"),
+            "{out}"
+        );
+        assert!(out.contains(". semaphore (__dlock_key , 2)"), "{out}");
     }
 }

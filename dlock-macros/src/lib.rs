@@ -14,8 +14,9 @@ mod key;
 
 use proc_macro::TokenStream;
 
-/// Runs the body of an `async fn` only while this process holds a Redis lock named after the
-/// function's arguments, and releases it on every way out.
+/// Runs the body of an `async fn` (or of a plain `fn`, through the blocking client) only while
+/// this process holds a Redis lock named after the function's arguments, and releases it on
+/// every way out.
 ///
 /// ```no_run
 /// use dlock::{distributed_lock, LockClient, LockError};
@@ -59,7 +60,8 @@ use proc_macro::TokenStream;
 /// # The function
 ///
 /// * It must be an `async fn` with a body: the lock is taken with `.await` before the body runs.
-///   Free functions, inherent and trait-impl methods (`&self`, `&mut self`, `self`), generics
+///   Or a plain `fn`: the lock is then taken through the blocking client, see
+///   [On a plain `fn`](#on-a-plain-fn). Free functions, inherent and trait-impl methods (`&self`, `&mut self`, `self`), generics
 ///   and `where` clauses, lifetimes and borrowed arguments and results, `impl Trait` arguments,
 ///   `mut` and pattern parameters (`(a, b): (u8, u8)`) all work. Attributes, docs, visibility
 ///   and the signature are kept as written.
@@ -507,6 +509,51 @@ use proc_macro::TokenStream;
 /// cannot be told from another owner: it waits (and deadlocks if the body awaits it), so do
 /// not await such a task while holding the lock.
 ///
+/// # On a plain `fn`
+///
+/// On a function without `async` the attribute takes the lock through `dlock::blocking`: the
+/// same options, key checks, kinds, `keys`, `on_busy` and `map_err`, and the same release on
+/// every way out, for synchronous code (a CLI, a batch job, a synchronous framework's
+/// handler).
+///
+/// ```no_run
+/// use dlock::{distributed_lock, LockError};
+///
+/// #[distributed_lock(key = "report:{day}", ttl = "30s", wait = "5s")]
+/// fn nightly_report(day: u32) -> Result<u64, LockError> {
+///     // Runs on this thread, while this process holds `report:<day>`.
+///     Ok(u64::from(day))
+/// }
+///
+/// fn main() -> Result<(), LockError> {
+///     // Once at start-up: the default client, for plain and async functions alike.
+///     dlock::blocking::LockClient::connect("redis://127.0.0.1:6379")?.install();
+///     nightly_report(7)?;
+///     Ok(())
+/// }
+/// ```
+///
+/// * **The client**: without `client = ...`, the blocking face of the default client
+///   (`dlock::blocking::LockClient::global()`: the installed one, or the running future's
+///   default). `client = <expr>` must be a `dlock::blocking::LockClient` (or a reference,
+///   `Box`, `Arc` or `Rc` of one); an async `LockClient` there is a compile error saying to
+///   pass `dlock::blocking::LockClient::from(client.clone())` instead (both share the
+///   connections and the locks).
+/// * **The body** runs as a closure called at once on the calling thread, so `return` and `?`
+///   end the body, not the function, and cannot skip the release.
+/// * **Release**: on return and `?`, `dlock::blocking::LockGuard::release_written` (returns
+///   once the release is written; `MultiGuard::release_logged` / `Permit::release_logged` with
+///   `keys` and `#[distributed_semaphore]`) before the function returns. On a panic the guard's
+///   drop releases in the background on the client's thread.
+/// * **Re-entry follows the thread**, the call chain of synchronous code: an annotated `fn`
+///   called from the body of another holding the same lock (through the same client)
+///   re-enters it; another thread is another owner. The guard belongs to the thread (it is not
+///   `Send`), which is why the body runs on the calling thread. `current_lock()` in the body
+///   returns the lock (the innermost one this thread holds).
+/// * **Each call blocks the thread** until the lock is taken (at most `wait`) and released.
+///   Call such functions from synchronous code or inside `tokio::task::spawn_blocking`, not
+///   from async code (see the `dlock::blocking` page for what happens there).
+///
 /// # With other attributes
 ///
 /// * `#[tracing::instrument]` works above or below. Put it **below** `#[distributed_lock]` to
@@ -525,15 +572,16 @@ use proc_macro::TokenStream;
 /// unclosed or unmatched brace, an empty key or placeholder, format specs or calls in a
 /// placeholder, an `Option` parameter as a placeholder, a duration that does not parse or a
 /// zero `ttl`/`lease`, `lease` together with `ttl`, an unknown option (listing the valid ones),
-/// a bare string instead of `key = "..."`, a repeated option, a missing `=` or value, a function
-/// that is not `async` or does not return a `Result` (also when its return type is only named
+/// a bare string instead of `key = "..."`, a repeated option, a missing `=` or value, a `const
+/// fn`, a function that does not return a `Result` (also when its return type is only named
 /// like one, `SearchResult`), `on_busy = "skip"` without `Result<Option<T>, E>`, an unknown
 /// `kind` (listing the kinds), `key` together with `keys`, an empty `keys = []`, `keys` with a
 /// `kind` other than `"reentrant"`, `permits` (an option of `#[distributed_semaphore]`). rustc
 /// itself
 /// reports, on your tokens, an error type without `From<LockError>` (at `E`), a `map_err`
 /// function of the wrong type (at the function), a missing field and a value that is not
-/// `Display` (at the key). After an error the function is still emitted as written, so one
+/// `Display` (at the key), and on a plain `fn` a `client` that is not a
+/// `dlock::blocking::LockClient` (at the expression). After an error the function is still emitted as written, so one
 /// mistake does not cascade into errors at every call site.
 #[proc_macro_attribute]
 pub fn distributed_lock(attr: TokenStream, item: TokenStream) -> TokenStream {
@@ -560,8 +608,9 @@ fn attribute(which: args::Attr, attr: TokenStream, item: TokenStream) -> TokenSt
     }
 }
 
-/// Runs the body of an `async fn` only while this process holds one of the `permits` permits
-/// of a Redis semaphore named after the function's arguments, and gives the permit back on
+/// Runs the body of an `async fn` (or of a plain `fn`, through the blocking client) only while
+/// this process holds one of the `permits` permits of a Redis semaphore named after the
+/// function's arguments, and gives the permit back on
 /// every way out: at most `permits` bodies run at once across the fleet.
 ///
 /// ```no_run
@@ -577,8 +626,9 @@ fn attribute(which: args::Attr, attr: TokenStream, item: TokenStream) -> TokenSt
 /// # Options
 ///
 /// The options and rules of [`#[distributed_lock]`](macro@distributed_lock), from the same
-/// parser and code generator: the function must be an `async fn` returning `Result<T, E>` with
-/// `E: From<LockError>` (or `map_err`); the key is a compile-checked template over the
+/// parser and code generator: the function must be an `async fn` (or a plain `fn`, which takes
+/// its permit through `dlock::blocking`, as described for the lock) returning `Result<T, E>`
+/// with `E: From<LockError>` (or `map_err`); the key is a compile-checked template over the
 /// parameters (without `key`, `<module>::<fn>` as for the lock); `ttl`, `lease`, `wait`,
 /// `client`, `on_busy`, `map_err`, `crate` mean what they mean there. When no permit frees up
 /// within `wait`, the body does not run and the function returns `Err(LockError::Timeout)`

@@ -177,6 +177,18 @@ pub enum LockError {
         reason: String,
     },
 
+    /// A call of [`dlock::blocking`](crate::blocking) was made on a thread it would have to
+    /// wait for: the client's own thread, which runs the call. Returned at once instead of
+    /// hanging; the same call from another thread (`tokio::task::spawn_blocking`, a thread of
+    /// your own) or through the async API works.
+    #[error("blocking call{}: {cause}; call it inside `tokio::task::spawn_blocking` (or on a thread of your own), or use the async API", on_subject(.name))]
+    BlockingCall {
+        /// The lock's (semaphore's, multi-lock's) name; empty for client-level calls.
+        name: String,
+        /// Why this thread cannot wait for the call.
+        cause: &'static str,
+    },
+
     /// `LockClient::global()` was called (directly or by `#[distributed_lock]`) before any
     /// client was installed.
     #[error("no dlock client is installed: call `LockClient::install()` at start-up or pass `client = ...` to #[distributed_lock]")]
@@ -196,9 +208,8 @@ impl LockError {
             | LockError::WrongType { name, .. }
             | LockError::InvalidArgument { name, .. }
             | LockError::SelfDeadlock { name, .. }
-            | LockError::WouldDeadlock { name, .. } => {
-                Some(name.as_str()).filter(|n| !n.is_empty())
-            }
+            | LockError::WouldDeadlock { name, .. }
+            | LockError::BlockingCall { name, .. } => Some(name.as_str()).filter(|n| !n.is_empty()),
             LockError::Connect { .. } | LockError::NotConfigured => None,
         }
     }
@@ -313,6 +324,16 @@ fn for_subject(name: &str) -> String {
         String::new()
     } else {
         format!(" for `{name}`")
+    }
+}
+
+/// " on `name`", or nothing for a client-level call (no noun: a lock, a semaphore or a
+/// multi-lock's names).
+fn on_subject(name: &str) -> String {
+    if name.is_empty() {
+        String::new()
+    } else {
+        format!(" on `{name}`")
     }
 }
 

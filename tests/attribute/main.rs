@@ -13,4 +13,5 @@ mod family;
 mod options;
 mod service;
 mod signatures;
+mod sync;
 mod written;

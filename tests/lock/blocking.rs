@@ -138,3 +138,131 @@ fn bad_input_is_an_error_naming_the_lock() {
     let err = LockClient::connect("redis://127.0.0.1:1").unwrap_err();
     assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
 }
+
+/// A blocking call on the only worker of a multi-thread runtime, through a client built on
+/// that runtime (which drives the client's connections while it lives): the worker's other
+/// tasks must move out of the way, or the call waits for the thread it blocks.
+#[test]
+fn a_blocking_call_on_the_only_worker_that_drives_its_client_answers() {
+    let redis = server();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = redis.url();
+    let (got, took) = rt.block_on(async move {
+        let client = dlock::LockClient::connect(&url).await.unwrap();
+        // A task on the one worker, as a handler calling synchronous code would be.
+        tokio::spawn(async move {
+            let locks = LockClient::from(client);
+            let started = Instant::now();
+            let got = locks
+                .lock("blocking:one-worker")
+                .acquire()
+                .and_then(|guard| {
+                    let token = guard.fencing_token();
+                    guard.release().map(|()| token)
+                });
+            (got, started.elapsed())
+        })
+        .await
+        .unwrap()
+    });
+    // Before: the acquire hung for the response timeout (5 s), then failed blaming Redis.
+    let token = got.unwrap_or_else(|e| panic!("after {took:?}: {e}"));
+    assert!(token > 0);
+    assert!(
+        took < Duration::from_secs(2),
+        "the call took {took:?} on the worker its client depends on"
+    );
+}
+
+/// The same on a `current_thread` runtime (the flavor of `#[tokio::test]`): the client built
+/// there is driven by its own thread, so a blocking call in the runtime's one thread answers.
+#[test]
+fn a_blocking_call_inside_a_current_thread_runtime_answers() {
+    let redis = server();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = redis.url();
+    let (got, took) = rt.block_on(async move {
+        let locks = LockClient::from(dlock::LockClient::connect(&url).await.unwrap());
+        let started = Instant::now();
+        let got = locks
+            .lock("blocking:current-thread")
+            .acquire()
+            .and_then(|guard| {
+                let token = guard.fencing_token();
+                guard.release().map(|()| token)
+            });
+        (got, started.elapsed())
+    });
+    let token = got.unwrap_or_else(|e| panic!("after {took:?}: {e}"));
+    assert!(token > 0);
+    assert!(took < Duration::from_secs(2), "the call took {took:?}");
+}
+
+/// Redisson's kinds (Redis only: they speak its protocol) through the blocking client:
+/// `RLock` and `RFencedLock` re-enter per thread, `RReadWriteLock` shares, excludes and
+/// downgrades on one thread.
+#[test]
+fn the_redisson_kinds_from_a_plain_thread() {
+    let redis = server();
+    let locks = LockClient::connect(&redis.url()).unwrap();
+    let other = LockClient::connect(&redis.url()).unwrap();
+    for lock in [
+        locks.redisson_lock("blocking:rlock"),
+        locks.redisson_fenced_lock("blocking:rfenced"),
+    ] {
+        let lock = lock.wait(Duration::ZERO);
+        let outer = lock.acquire().unwrap();
+        let inner = lock.acquire().expect("the same thread re-enters");
+        assert_eq!(inner.hold_count(), 2, "{}", lock.name());
+        let busy = std::thread::scope(|s| {
+            s.spawn(|| {
+                let theirs = other.redisson_lock(lock.name());
+                theirs.try_acquire().map(|g| g.is_none())
+            })
+            .join()
+            .unwrap()
+        });
+        assert!(
+            busy.unwrap(),
+            "{}: another owner got a held RLock",
+            lock.name()
+        );
+        inner.release().unwrap();
+        outer.release().unwrap();
+        assert!(!lock.is_locked().unwrap(), "{}", lock.name());
+    }
+    let rw = locks.redisson_read_write_lock("blocking:rrw");
+    let theirs = other.redisson_read_write_lock("blocking:rrw");
+    let w = rw.write().acquire().unwrap();
+    let r = rw
+        .read()
+        .wait(Duration::ZERO)
+        .acquire()
+        .expect("a downgrade");
+    w.release().unwrap();
+    let (reader, writer) = std::thread::scope(|s| {
+        s.spawn(|| {
+            let reader = theirs.read().try_acquire().map(|g| g.is_some());
+            let writer = theirs.write().try_acquire().map(|g| g.is_some());
+            (reader, writer)
+        })
+        .join()
+        .unwrap()
+    });
+    assert!(reader.unwrap(), "readers share an RReadWriteLock");
+    assert!(!writer.unwrap(), "a writer beside the downgraded reader");
+    r.release().unwrap();
+    let w = theirs
+        .write()
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .unwrap();
+    w.release().unwrap();
+}

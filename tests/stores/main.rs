@@ -9,6 +9,7 @@
 mod common;
 
 mod attribute;
+mod blocking;
 mod both;
 mod connections;
 mod errors;

@@ -8,12 +8,18 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::handles::blocking::call;
 use crate::machinery::hold::Hold;
 use crate::machinery::scope;
 
 /// The innermost lock held by the current call chain: inside a `#[distributed_lock]` body or a
 /// [`LockGuard::scope`](crate::LockGuard::scope), at any depth of calls and `.await`s; `None`
 /// outside (and in tasks spawned from there: `tokio::spawn` starts a new chain).
+///
+/// In synchronous code the call chain is the thread: inside a `#[distributed_lock]` plain
+/// `fn`'s body, or wherever a [`blocking`](crate::blocking) guard is alive on this thread, it
+/// is the lock of the guard taken last. Those come first: synchronous code called from an
+/// async scope runs inside it.
 ///
 /// Stop the work when the lock is lost (the lease ran out, a hard `lease` expired, Redis lost
 /// the key), and fence every write with the token, so a holder that was paused past its lease
@@ -43,7 +49,9 @@ use crate::machinery::scope;
 /// # Ok(()) }
 /// ```
 pub fn current_lock() -> Option<CurrentLock> {
-    scope::innermost().map(|hold| CurrentLock { hold })
+    call::innermost_here()
+        .or_else(scope::innermost)
+        .map(|hold| CurrentLock { hold })
 }
 
 /// A view of a lock held by the current call chain, from [`current_lock`]. It does not own the

@@ -2,7 +2,7 @@
 use dlock::{distributed_lock, LockError};
 
 #[distributed_lock(key = "job")]
-fn run() -> Result<(), LockError> {
+const fn run() -> Result<(), LockError> {
     Ok(())
 }
 
