@@ -219,8 +219,9 @@ impl LockError {
     /// could not be reached, did not answer in time, or said "not now" (loading its data, in
     /// recovery, a cluster or Sentinel failing over), and an acquire that too few replicas
     /// confirmed; `false` for what gives the same answer every time (a refusal, missing
-    /// rights, a wrong password, a key of another type, bad settings, a self-deadlock, no
-    /// client installed, a closed client) and for [`LockError::NotHeld`], which says a lease
+    /// rights, a wrong password, a key of another type, bad settings, a self-deadlock, a
+    /// blocking call on the thread that drives its own client, no client installed, a closed
+    /// client) and for [`LockError::NotHeld`], which says a lease
     /// already ran out: the work done under it must be judged, not repeated blindly.
     ///
     /// ```
@@ -252,6 +253,8 @@ impl LockError {
             | LockError::InvalidArgument { .. }
             | LockError::SelfDeadlock { .. }
             | LockError::WouldDeadlock { .. }
+            // The same call from the same thread meets the same thread: move the call.
+            | LockError::BlockingCall { .. }
             | LockError::NotConfigured => false,
         }
     }

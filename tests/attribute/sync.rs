@@ -364,3 +364,39 @@ fn methods_and_generics_on_sync_fns() {
     assert!(key.ends_with("::Repo<u16>::default_key"), "{key}");
     assert!(current_lock().is_none(), "a lock outside the body");
 }
+
+/// `kind = "fair"` and the Redisson kinds on plain `fn`s: the same keys and scripts as on the
+/// async form, so the lock is held inside (seen from another client) and free after.
+#[distributed_lock(key = "sync:fair:{id}", kind = "fair", client = locks, wait = "5s")]
+fn fair_job(locks: &LockClient, other: &LockClient, id: u32) -> Result<bool, AppError> {
+    Ok(other.fair_lock(format!("sync:fair:{id}")).is_locked()?)
+}
+
+#[distributed_lock(key = "sync:redisson:{id}", kind = "redisson", client = locks, wait = "5s")]
+fn redisson_job(locks: &LockClient, other: &LockClient, id: u32) -> Result<bool, AppError> {
+    Ok(other
+        .redisson_lock(format!("sync:redisson:{id}"))
+        .is_locked()?)
+}
+
+#[test]
+fn fair_and_redisson_kinds_on_sync_fns() {
+    let env = env();
+    let other = LockClient::connect(env.locks.url()).expect("a second client");
+    assert!(
+        fair_job(&env.locks, &other, 1).expect("fair"),
+        "not held inside"
+    );
+    assert!(
+        !other.fair_lock("sync:fair:1").is_locked().unwrap(),
+        "held after"
+    );
+    assert!(
+        redisson_job(&env.locks, &other, 1).expect("redisson"),
+        "not held inside"
+    );
+    assert!(
+        !other.redisson_lock("sync:redisson:1").is_locked().unwrap(),
+        "held after"
+    );
+}

@@ -210,7 +210,17 @@ impl Store {
     /// drops it. PostgreSQL counts every fair lock's queue: each test server holds one.
     pub fn fair_queue(&self, key: &str) -> usize {
         let out = match self {
-            Store::Redis(s) => s.cli(&["ZCARD", &format!("{key}:queue")]),
+            // A connection of its own rather than redis-cli, whose arguments cannot hold the
+            // NUL a lock name may have.
+            Store::Redis(s) => {
+                let mut conn = (dlock::redis::Client::open(s.url()))
+                    .and_then(|c| c.get_connection())
+                    .expect("connect to redis");
+                let n: usize = (dlock::redis::cmd("ZCARD").arg(format!("{key}:queue")))
+                    .query(&mut conn)
+                    .expect("ZCARD");
+                return n;
+            }
             Store::Postgres(s) => s.psql("SELECT count(*) FROM dlock.fair_queue"),
         };
         let out = out.expect("read the fair queue");

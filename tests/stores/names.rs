@@ -123,7 +123,7 @@ async fn distinct_names_stay_distinct_locks() {
 }
 
 /// Every kind a store offers takes a long name (with a NUL in it): the read-write lock's two
-/// sides and the semaphore's permits.
+/// sides, the semaphore's permits and the fair lock's queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_takes_a_long_name() {
     for store in stores() {
@@ -171,6 +171,27 @@ async fn every_kind_takes_a_long_name() {
         p1.release().await.expect("release");
         p2.release().await.expect("release");
         assert_eq!(sem_b.available().await.expect("available"), 2, "{s}");
+
+        // The fair lock: it excludes, and a waiter queued under the name is handed the lock
+        // by the release.
+        let (fair_a, fair_b) = (a.fair_lock(&name), b.fair_lock(&name));
+        excludes(s, &name, &fair_a, &fair_b).await;
+        let held = (fair_a.acquire().await).unwrap_or_else(|e| panic!("{s}: fair: {e}"));
+        let waiting = tokio::spawn({
+            let lock = fair_b.clone().wait(Duration::from_secs(10));
+            async move { lock.acquire().await }
+        });
+        let key = fair_a.key().to_owned();
+        let (st, k) = (&store, key.as_str());
+        crate::common::eventually(
+            Duration::from_secs(10),
+            "the fair waiter queued",
+            move || async move { st.fair_queue(k) == 1 },
+        )
+        .await;
+        held.release().await.expect("release");
+        let next = (waiting.await.unwrap()).unwrap_or_else(|e| panic!("{s}: fair waiter: {e}"));
+        next.release().await.expect("release");
 
         // The plain lock of that name is yet another lock, free beside them.
         excludes(s, &name, &plain(&a, &name), &plain(&b, &name)).await;

@@ -34,3 +34,36 @@ async fn segmented_stock_is_redis_only_and_says_so_elsewhere() {
         }
     }
 }
+
+/// The same from synchronous code (`dlock::blocking::SegmentedStock`), no runtime in the
+/// caller: takes on Redis, the same refusal on PostgreSQL.
+#[test]
+fn the_blocking_stock_takes_on_redis_and_is_refused_elsewhere() {
+    for store in stores() {
+        let builder = dlock::LockClient::builder(store.url());
+        let client = dlock::blocking::LockClient::build(builder)
+            .unwrap_or_else(|e| panic!("{}: connect: {e}", store.name()));
+        let made = client.segmented_stock("stores:sku:sync", 4);
+        match store {
+            Store::Redis(_) => {
+                let stock = made.expect("stock on redis");
+                let _init = stock.init(3).expect("init");
+                assert!(stock.take("order-1", 1).expect("take").is_taken());
+                assert!(stock.take("order-2", 2).expect("take").is_taken());
+                assert!(!stock.take("order-3", 1).expect("take").is_taken());
+                assert_eq!(stock.give_back("order-2").expect("give back"), 2);
+                assert_eq!(stock.remaining().expect("remaining"), 2);
+                assert!(stock.audit().expect("audit").is_consistent());
+            }
+            Store::Postgres(_) => {
+                let e = made.expect_err("postgres: a blocking SegmentedStock was made");
+                let text = e.to_string();
+                assert!(
+                    text.contains("`stores:sku:sync`")
+                        && text.contains("SegmentedStock needs Redis"),
+                    "{text}"
+                );
+            }
+        }
+    }
+}

@@ -64,6 +64,7 @@ pub(crate) mod call;
 mod family;
 mod lock;
 mod multi;
+mod stock;
 #[cfg(all(test, feature = "testing"))]
 mod tests;
 
@@ -78,6 +79,7 @@ use crate::machinery::shared::Shared;
 pub use family::{Permit, ReadWriteLock, Semaphore};
 pub use lock::{Lock, LockGuard};
 pub use multi::{MultiGuard, MultiLock};
+pub use stock::SegmentedStock;
 
 /// A [`crate::LockClient`] for blocking code. Cheap to clone; the connections and background
 /// work are the async client's own.
@@ -176,6 +178,17 @@ impl LockClient {
     /// [`crate::LockClient::multi_lock`]).
     pub fn multi_lock(&self, names: impl IntoIterator<Item = impl Into<String>>) -> MultiLock {
         MultiLock::new(self.shared(), self.inner.multi_lock(names))
+    }
+
+    /// One hot item's stock over `segments` Redis keys (see [`crate::SegmentedStock::new`]):
+    /// refused at once on a store other than Redis, naming the item.
+    pub fn segmented_stock(
+        &self,
+        name: impl Into<String>,
+        segments: u32,
+    ) -> Result<SegmentedStock, LockError> {
+        let stock = crate::handles::stock::SegmentedStock::new(&self.inner, name, segments)?;
+        Ok(SegmentedStock::new(self.shared(), stock))
     }
 
     /// Releases what the client holds and stops it (see [`crate::LockClient::shutdown`]).

@@ -109,8 +109,8 @@ pub const DEFAULT_DRAINED_FOR: Duration = Duration::from_millis(100);
 /// what make retries safe, so they must outlive any retry. A give-back is one script per
 /// segment, sent concurrently, and leaves a record on every segment.
 ///
-/// Redis only: its scripts are Redis scripts. Built from a PostgreSQL client, its operations
-/// fail with an error saying so.
+/// Redis only: its scripts are Redis scripts. A PostgreSQL client refuses to make one, naming
+/// the item. Synchronous code uses [`crate::blocking::SegmentedStock`].
 #[derive(Clone)]
 pub struct SegmentedStock {
     pub(super) shared: Arc<Shared>,

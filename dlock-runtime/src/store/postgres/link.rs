@@ -228,8 +228,8 @@ impl PgLink {
                     what,
                     sql,
                     &[
-                        (&claim.keys.key, Type::TEXT),
-                        (&claim.keys.fence, Type::TEXT),
+                        (&key, Type::TEXT),
+                        (&fence, Type::TEXT),
                         (&reentry, Type::TEXT),
                         (&lease, Type::INT8),
                         (&claim.owner, Type::TEXT),
@@ -295,13 +295,17 @@ impl PgLink {
             // rather than announced to listeners.
             Offered::Fair => {
                 let sql = &self.inner.calls.fair_release;
+                // As every kind's: the names PostgreSQL keeps (NUL escaped, long keys hashed).
+                let (key, fence) = (stored(&claim.keys.key), stored(&claim.keys.fence));
+                let latch = stored(latch);
+                let (key, fence, latch): (&str, &str, &str) = (&key, &fence, &latch);
                 let row = self
                     .call(
                         what,
                         sql,
                         &[
-                            (&claim.keys.key, Type::TEXT),
-                            (&claim.keys.fence, Type::TEXT),
+                            (&key, Type::TEXT),
+                            (&fence, Type::TEXT),
                             (&channel, Type::TEXT),
                             (&latch, Type::TEXT),
                             (&claim.owner, Type::TEXT),
@@ -427,13 +431,16 @@ impl PgLink {
             }
             Offered::Fair => {
                 let sql = &self.inner.calls.fair_undo_reentry;
+                let (key, fence) = (stored(&claim.keys.key), stored(&claim.keys.fence));
+                let marker = stored(marker);
+                let (key, fence, marker): (&str, &str, &str) = (&key, &fence, &marker);
                 let row = self
                     .call(
                         what,
                         sql,
                         &[
-                            (&claim.keys.key, Type::TEXT),
-                            (&claim.keys.fence, Type::TEXT),
+                            (&key, Type::TEXT),
+                            (&fence, Type::TEXT),
                             (&marker, Type::TEXT),
                             (&channel, Type::TEXT),
                             (&claim.owner, Type::TEXT),

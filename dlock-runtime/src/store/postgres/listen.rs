@@ -792,7 +792,10 @@ mod tests {
             let took = started.elapsed();
             // Bounded by the ack timeout, not by the pause (which lasts until resumed): a
             // loaded 2-core machine took 628 ms against a 500 ms bound, so the margin is wide.
-            assert!(took >= ACK && took < ACK + Duration::from_secs(3), "{took:?}");
+            assert!(
+                took >= ACK && took < ACK + Duration::from_secs(3),
+                "{took:?}"
+            );
             server.resume();
             // The replacement LISTENs "a", then wakes its waiters.
             heard.resubscribed().await;
