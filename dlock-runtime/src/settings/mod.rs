@@ -176,7 +176,7 @@ impl Settings {
     fn validate_postgres(&self) -> Result<(), LockError> {
         let bad = |reason: String| Err(LockError::invalid("", reason));
         if !cfg!(feature = "postgres") {
-            return bad("a postgres:// URL needs dlock's `postgres` cargo feature (features = [\"postgres\"] on the dlock dependency)".into());
+            return bad("a postgres:// URL needs dlock's `postgres` cargo feature: `cargo add dlock-redis --features postgres` (features = [\"postgres\"] on the dlock-redis dependency)".into());
         }
         if self.sync.is_some() {
             return bad("synced_replicas is a Redis setting (WAIT); on PostgreSQL use synchronous_commit and synchronous_standby_names on the server".into());
