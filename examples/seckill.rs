@@ -86,8 +86,8 @@ struct Args {
     /// Segments for strategies (c) and (d).
     #[arg(long, default_value_t = 16)]
     segments: u32,
-    /// Rounds of every strategy (the table gives their median and range). Default: 15 on one
-    /// Redis server, 9 on a cluster, 7 on PostgreSQL, each about 30 s on a loaded 2-core VM.
+    /// Rounds of every strategy (the table gives their median and range). Default: 9 on Redis
+    /// (one server or a cluster), 5 on PostgreSQL: 30 to 75 s on a heavily loaded 2-core VM.
     #[arg(long)]
     rounds: Option<usize>,
     /// Buyers in flight at once (a service's concurrency limit).
@@ -145,13 +145,12 @@ enum Store {
 }
 
 impl Args {
-    /// `--rounds`, or the store's default: the one-server Redis round is the quickest (about 2
-    /// s on a loaded 2-core VM), a cluster's and PostgreSQL's take longer.
+    /// `--rounds`, or the store's default: measured rounds took 3 to 5 s on Redis (one server
+    /// or a cluster) and 6 to 10 s on PostgreSQL on a heavily loaded 2-core VM.
     fn rounds(&self) -> usize {
-        self.rounds.unwrap_or(match (self.store, self.cluster) {
-            (Store::Postgres, _) => 7,
-            (Store::Redis, true) => 9,
-            (Store::Redis, false) => 15,
+        self.rounds.unwrap_or(match self.store {
+            Store::Postgres => 5,
+            Store::Redis => 9,
         })
     }
 

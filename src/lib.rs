@@ -102,6 +102,25 @@ pub mod __private {
         }
     }
 
+    /// The function's error type, as the attribute converts a `LockError` into it. Through a
+    /// trait (implemented for every `E: From<LockError>`) so that an error type without the
+    /// conversion gets one message saying both ways to give it one.
+    #[diagnostic::on_unimplemented(
+        message = "#[distributed_lock] returns `Err(..)` of `{Self}` when the lock cannot be taken, and `{Self}` has no `From<dlock::LockError>`",
+        label = "no `From<dlock::LockError>` for this error type",
+        note = "add `impl From<dlock::LockError> for {Self}` (a variant holding the `LockError` keeps its message), or convert it yourself with `map_err = path::to::fn`, a `fn(dlock::LockError) -> {Self}`"
+    )]
+    pub trait FromLockError {
+        /// `Self::from(e)`.
+        fn from_lock_error(e: crate::LockError) -> Self;
+    }
+
+    impl<E: From<crate::LockError>> FromLockError for E {
+        fn from_lock_error(e: crate::LockError) -> Self {
+            E::from(e)
+        }
+    }
+
     /// What `client = ...` of a plain `fn` may be: a blocking client, or a reference or
     /// smart pointer to one. Through a trait so that an async client given there gets one
     /// message saying what to pass instead.

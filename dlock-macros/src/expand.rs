@@ -292,9 +292,13 @@ fn generate(args: &Args, what: What<'_>, func: ItemFn, error_site: ErrorSite) ->
     let convert = match (&args.map_err, &error_site.ty) {
         // The user's function: a type mismatch is then reported at their path.
         (Some(map), _) => quote_spanned! {map.span()=> (#map) },
+        // Through `__private::FromLockError`, whose message says how to give `E` the
+        // conversion (an impl, or `map_err`) when it has none.
         (None, Some(e)) => quote_spanned! {error_span=>
-            <#e as ::core::convert::From<#krate::LockError>>::from
+            <#e as #krate::__private::FromLockError>::from_lock_error
         },
+        // No `E` to name (an alias, or not a `Result` at all): `From::from`, whose target is
+        // inferred, so a return type that is no `Result` gets `LockResult`'s one message.
         (None, None) => quote_spanned! {error_span=> ::core::convert::From::from },
     };
     // With `map_err`, the whole conversion is the user's function's: a type mismatch is then
@@ -570,7 +574,7 @@ mod tests {
                     #[allow(clippy::useless_conversion)]
                     ::core::result::Result::Err(__dlock_err) =>
                         return ::core::result::Result::Err(
-                            <AppError as ::core::convert::From<::dlock::LockError>>::from(__dlock_err)),
+                            <AppError as ::dlock::__private::FromLockError>::from_lock_error(__dlock_err)),
                 };
                 let __dlock_acquired = __dlock_client.lock(__dlock_key)
                     .label("order:{order.id}")
@@ -587,7 +591,7 @@ mod tests {
                     #[allow(clippy::useless_conversion)]
                     ::core::result::Result::Err(__dlock_err) =>
                         ::core::result::Result::Err(
-                            <AppError as ::core::convert::From<::dlock::LockError>>::from(__dlock_err)),
+                            <AppError as ::dlock::__private::FromLockError>::from_lock_error(__dlock_err)),
                 }
             }
         };
@@ -852,7 +856,7 @@ mod tests {
                     #[allow(clippy::useless_conversion)]
                     ::core::result::Result::Err(__dlock_err) =>
                         return ::core::result::Result::Err(
-                            <AppError as ::core::convert::From<::dlock::LockError>>::from(__dlock_err)),
+                            <AppError as ::dlock::__private::FromLockError>::from_lock_error(__dlock_err)),
                 };
                 let __dlock_acquired = __dlock_client.lock(__dlock_key)
                     .label("order:{id}")
@@ -869,7 +873,7 @@ mod tests {
                     #[allow(clippy::useless_conversion)]
                     ::core::result::Result::Err(__dlock_err) =>
                         ::core::result::Result::Err(
-                            <AppError as ::core::convert::From<::dlock::LockError>>::from(__dlock_err)),
+                            <AppError as ::dlock::__private::FromLockError>::from_lock_error(__dlock_err)),
                 }
             }
         };

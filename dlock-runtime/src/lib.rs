@@ -299,7 +299,7 @@
 //! on a promoted replica is one FCALL, where EVALSHA cost two calls (NOSCRIPT, then EVAL). A replica-synced lock (`cargo run --release --example synced`, one
 //! local replica) costs 0.9-1.4 RTT more per acquire + release than an unsynced one.
 //!
-//! Against peers (`cargo run --release --example peers`: `rslock` and `distributed-lock`'s
+//! Against peers (`cargo run --release --manifest-path perf/peers/Cargo.toml`: `rslock` and `distributed-lock`'s
 //! Redis backend in the same process, sample by sample; two runs of 5 rounds, PING 70-105 µs
 //! hot, medians of the rounds): a `#[distributed_lock]` call with an empty body on a fresh key
 //! 1.86 RTT (rslock's `using` 2.25-2.31, distributed-lock 2.57-2.63; 3.18-3.30 before the
