@@ -3,6 +3,7 @@
 //! transaction-mode pooler), with replies shaped like the Lua scripts' so the decoders in
 //! `kinds/` read them unchanged. Every call is bounded by the response timeout.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,6 +71,37 @@ fn permits(kind: &dyn LockKind) -> Result<i32, PgError> {
     kind.permits()
         .and_then(|p| i32::try_from(p).ok())
         .ok_or_else(|| PgError::refused("using a semaphore", "its permit count is unknown"))
+}
+
+/// The names PostgreSQL keeps for a claim's lock and one request id (a latch or a marker),
+/// made once per op: NUL escaped, a long one hashed (`names.rs`). Hashing is not idempotent,
+/// so an op passes on the originals to a helper that makes its own.
+struct Stored<'a> {
+    key: Cow<'a, str>,
+    fence: Cow<'a, str>,
+    id: Cow<'a, str>,
+}
+
+impl<'a> Stored<'a> {
+    fn of(claim: &'a Claim, id: &'a str) -> Self {
+        Stored {
+            key: stored(&claim.keys.key),
+            fence: stored(&claim.keys.fence),
+            id: stored(id),
+        }
+    }
+
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn fence(&self) -> &str {
+        &self.fence
+    }
+
+    fn id(&self) -> &str {
+        &self.id
+    }
 }
 
 /// One connection of a [`super::store::PgStore`].
@@ -258,11 +290,11 @@ impl PgLink {
     ) -> Result<(i64, Option<i64>), PgError> {
         let what = || format!("releasing `{}`", claim.name);
         let channel = pg_channel(&claim.keys.channel);
+        let names = Stored::of(claim, latch);
         match offered(kind)? {
             Offered::Plain => {
                 let sql = &self.inner.calls.plain_release;
-                let (key, latch) = (stored(&claim.keys.key), stored(latch));
-                let (key, latch): (&str, &str) = (&key, &latch);
+                let (key, latch) = (names.key(), names.id());
                 let row = self
                     .call(
                         what,
@@ -295,10 +327,7 @@ impl PgLink {
             // rather than announced to listeners.
             Offered::Fair => {
                 let sql = &self.inner.calls.fair_release;
-                // As every kind's: the names PostgreSQL keeps (NUL escaped, long keys hashed).
-                let (key, fence) = (stored(&claim.keys.key), stored(&claim.keys.fence));
-                let latch = stored(latch);
-                let (key, fence, latch): (&str, &str, &str) = (&key, &fence, &latch);
+                let (key, fence, latch) = (names.key(), names.fence(), names.id());
                 let row = self
                     .call(
                         what,
@@ -393,11 +422,11 @@ impl PgLink {
     ) -> Result<i64, PgError> {
         let what = || format!("undoing a cancelled re-entry of `{}`", claim.name);
         let channel = pg_channel(&claim.keys.channel);
+        let names = Stored::of(claim, marker);
         match offered(kind)? {
             Offered::Plain => {
                 let sql = &self.inner.calls.plain_undo_reentry;
-                let (key, marker) = (stored(&claim.keys.key), stored(marker));
-                let (key, marker): (&str, &str) = (&key, &marker);
+                let (key, marker) = (names.key(), names.id());
                 let row = self
                     .call(
                         what,
@@ -431,9 +460,7 @@ impl PgLink {
             }
             Offered::Fair => {
                 let sql = &self.inner.calls.fair_undo_reentry;
-                let (key, fence) = (stored(&claim.keys.key), stored(&claim.keys.fence));
-                let marker = stored(marker);
-                let (key, fence, marker): (&str, &str, &str) = (&key, &fence, &marker);
+                let (key, fence, marker) = (names.key(), names.fence(), names.id());
                 let row = self
                     .call(
                         what,
