@@ -64,8 +64,9 @@ pub(crate) struct Shared {
     pub(crate) latch_ttl: Duration,
     /// 128 random bits: owner ids built from it cannot be guessed or collide across processes.
     pub(crate) client_id: String,
-    /// What its holds say holds them (the builder's `name`, `host:pid` by default).
-    pub(crate) client_name: String,
+    /// What its holds say holds them: `@` and the builder's `name` (`host:pid` by default),
+    /// escaped once (see `settings/holder.rs`).
+    pub(crate) client_tag: String,
     seq: AtomicU64,
     pub(crate) waiters: Waiters,
     pub(crate) watchdog: Arc<Watchdog>,
@@ -179,7 +180,7 @@ impl Shared {
             // NOTIFY cannot count its listeners.
             publish_counts_all: false,
             client_id,
-            client_name: b.client_name.clone(),
+            client_tag: holder::client_tag(&b.client_name),
             seq: AtomicU64::new(0),
             waiters,
             gates: Gates::default(),
@@ -318,7 +319,7 @@ impl Shared {
             handoff: b.handoff,
             publish_counts_all: !topology.is_cluster(),
             client_id,
-            client_name: b.client_name.clone(),
+            client_tag: holder::client_tag(&b.client_name),
             seq: AtomicU64::new(0),
             waiters,
             gates: Gates::default(),
@@ -458,7 +459,8 @@ impl Shared {
         let id = self.next_seq();
         let mut owner = self.unique_id();
         if kind.labels_owner() {
-            owner.push_str(&holder::suffix(&self.client_name, label));
+            owner.push_str(&self.client_tag);
+            holder::push_label(&mut owner, label);
         }
         let claim = Claim {
             name,

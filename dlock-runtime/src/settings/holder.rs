@@ -54,21 +54,34 @@ pub(crate) fn client_name_problem(name: &str) -> Option<String> {
     None
 }
 
-/// The part of an owner id after its unique part: `@<client name>[/<lock label>]`.
-pub(crate) fn suffix(client_name: &str, lock_label: Option<&str>) -> String {
-    let mut out = String::with_capacity(client_name.len() + 32);
+/// What follows the unique part of every owner id of a client called `client_name`:
+/// `@<client name, escaped>`. Made once per client, not per hold.
+pub(crate) fn client_tag(client_name: &str) -> String {
+    let mut out = String::with_capacity(client_name.len() + 1);
     out.push('@');
     escape_into(&mut out, client_name);
+    out
+}
+
+/// Appends `/<lock label, escaped and cut>` to an owner id (nothing for no label).
+pub(crate) fn push_label(owner: &mut String, lock_label: Option<&str>) {
     if let Some(label) = lock_label.filter(|l| !l.is_empty()) {
-        out.push('/');
+        owner.push('/');
         if label.chars().count() > MAX_LOCK_LABEL {
             let cut: String = label.chars().take(MAX_LOCK_LABEL - 1).collect();
-            escape_into(&mut out, &cut);
-            out.push('…');
+            escape_into(owner, &cut);
+            owner.push('…');
         } else {
-            escape_into(&mut out, label);
+            escape_into(owner, label);
         }
     }
+}
+
+/// The part of an owner id after its unique part: `@<client name>[/<lock label>]`.
+#[cfg(test)]
+fn suffix(client_name: &str, lock_label: Option<&str>) -> String {
+    let mut out = client_tag(client_name);
+    push_label(&mut out, lock_label);
     out
 }
 
