@@ -45,6 +45,31 @@
 //! }
 //! ```
 //!
+//! ## Without the attribute
+//!
+//! The attribute writes calls to the same API you can use yourself: a [`LockClient`], a
+//! [`Lock`] handle per name, a [`LockGuard`] while held.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), dlock::LockError> {
+//! use std::time::Duration;
+//! use dlock::LockClient;
+//!
+//! let client = LockClient::connect("redis://127.0.0.1:6379").await?;
+//! let guard = client.lock("order:42").wait(Duration::from_secs(5)).acquire().await?;
+//! let token = guard.fencing_token(); // hand it to the store you write to
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Synchronous code uses [`blocking::LockClient`] the same way, and the attribute on a plain
+//! `fn` expands to it.
+//!
+//! ## Stores
+//!
+//! [`stores`]: the URL picks where the locks live, Redis (one server, Cluster, Sentinel) or
+//! PostgreSQL (feature `postgres`), and the rest of the code stays the same.
+//!
 //! ## Before you rely on it
 //!
 //! [`guide`]: is a Redis lock enough for what you protect? Efficiency against correctness,
@@ -59,8 +84,7 @@
 //!
 //! ## Features
 //!
-//! * `postgres`: the PostgreSQL store, chosen by a `postgres://` URL (see the runtime docs,
-//!   "Stores"). Brings `tokio-postgres`; Redis-only users compile nothing of it.
+//! * `postgres`: the PostgreSQL store, chosen by a `postgres://` URL (see [`stores`]). Brings `tokio-postgres`; Redis-only users compile nothing of it.
 //! * `testing`: the `testing` module (`RedisServer`, `RedisCluster`, `RedisSentinel`), throw-away
 //!   Redis deployments for your own tests. Needs `redis-server` on the `PATH`.
 
@@ -75,6 +99,8 @@ pub use dlock_macros::{distributed_lock, distributed_semaphore};
 pub mod guide;
 
 pub mod redisson;
+
+pub mod stores;
 
 /// What the code `#[distributed_lock]` writes calls; not an API, may change in any release.
 #[doc(hidden)]

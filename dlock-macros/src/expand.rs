@@ -568,7 +568,7 @@ mod tests {
             #[inline]
             pub async fn pay(order: &Order) -> Result<u8, AppError> {
                 let __dlock_key: ::std::string::String =
-                    ::std::format!("order:{}", ::dlock::KeyPart(&order.id));
+                    ::std::format!("order:{}", ::dlock::KeyPart(&::std::format_args!("{}", order.id)));
                 let __dlock_client = match ::dlock::LockClient::global() {
                     ::core::result::Result::Ok(c) => c,
                     #[allow(clippy::useless_conversion)]
@@ -850,7 +850,7 @@ mod tests {
         let want = quote! {
             fn pay(id: u8) -> Result<u8, AppError> {
                 let __dlock_key: ::std::string::String =
-                    ::std::format!("order:{}", ::dlock::KeyPart(&id));
+                    ::std::format!("order:{}", ::dlock::KeyPart(&::std::format_args!("{}", id)));
                 let __dlock_client = match ::dlock::blocking::LockClient::global() {
                     ::core::result::Result::Ok(c) => c,
                     #[allow(clippy::useless_conversion)]

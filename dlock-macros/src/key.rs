@@ -91,7 +91,7 @@ impl Template {
         errors.finish()
     }
 
-    /// `::std::format!("order:{}", #krate::KeyPart(&order.id))`, every token spanned at the
+    /// `::std::format!("order:{}", #krate::KeyPart(&format_args!("{}", order.id)))`, every token spanned at the
     /// literal: a field that does not exist or a value that is not `Display` is then reported by
     /// rustc on the key, the only place the user wrote it.
     pub(crate) fn render(&self, krate: &Path) -> TokenStream {
@@ -113,8 +113,11 @@ impl Template {
                     // field's name (`key = id`), the only place it can point at.
                     let field_span = Span::call_site().located_at(span);
                     let members = members.iter().map(|m| member(m, field_span));
+                    // The value is formatted by `format_args!` before `KeyPart` escapes it, so a
+                    // value that is not `Display` is reported as exactly that, on the key,
+                    // without rustc pointing at `KeyPart`'s impl, which the user never wrote.
                     values.push(quote_spanned! {span=>
-                        #krate::KeyPart(&#root #(.#members)*)
+                        #krate::KeyPart(&::std::format_args!("{}", #root #(.#members)*))
                     });
                 }
             }
@@ -454,8 +457,8 @@ mod tests {
         };
         assert_eq!(
             render("o:{order.id}:{{x}}:{p.0}"),
-            ":: std :: format ! (\"o:{}:{{x}}:{}\" , :: dlock :: KeyPart (& order . id) , \
-             :: dlock :: KeyPart (& p . 0))"
+            ":: std :: format ! (\"o:{}:{{x}}:{}\" , :: dlock :: KeyPart (& :: std :: format_args ! (\"{}\" , order . id)) , \
+             :: dlock :: KeyPart (& :: std :: format_args ! (\"{}\" , p . 0)))"
         );
         assert_eq!(
             render("plain:{{x}}"),

@@ -398,7 +398,7 @@ use proc_macro::TokenStream;
 /// # impl From<LockError> for AppError { fn from(_: LockError) -> Self { AppError } }
 /// pub async fn pay(order: &Order) -> Result<u64, AppError> {
 ///     // 1. The key, from the arguments.
-///     let __dlock_key: String = format!("order:{}", ::dlock::KeyPart(&order.id));
+///     let __dlock_key: String = format!("order:{}", ::dlock::KeyPart(&format_args!("{}", order.id)));
 ///     // 2. The client (here the default one, `LockClient::global()`: the task's default,
 ///     //    else the installed one; `client = ...` borrows yours instead).
 ///     let __dlock_client = match ::dlock::LockClient::global() {

@@ -21,13 +21,6 @@ const RTT_SAMPLES: usize = 2000;
 
 /// Runs the PostgreSQL sale; the exit code as `crate::sale`'s.
 pub async fn sale(args: &Args, prefix: &str) -> i32 {
-    if !cfg!(feature = "postgres") {
-        eprintln!(
-            "--store postgres needs dlock's `postgres` feature: \
-             cargo run --release --features postgres --example seckill -- --store postgres"
-        );
-        return 2;
-    }
     let (url, server, origin) = match &args.pg_url {
         Some(url) => (url.clone(), None, "PG_URL"),
         // The harness blocks while the server starts: off the runtime's worker threads.

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
 
 use dlock::redis::{self, AsyncCommands, Script};
-use dlock::{distributed_lock, LockClient, LockError, SegmentedStock, Take};
+use dlock::stock::Take;
+use dlock::{distributed_lock, LockClient, LockError, SegmentedStock};
 
 use crate::support::Db;
 
@@ -22,6 +23,7 @@ pub enum Outcome {
 pub enum BuyError {
     Lock(LockError),
     Redis(redis::RedisError),
+    #[cfg(feature = "postgres")]
     Postgres(tokio_postgres::Error),
     Unexpected(Take),
 }
@@ -38,6 +40,7 @@ impl From<redis::RedisError> for BuyError {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl From<tokio_postgres::Error> for BuyError {
     fn from(e: tokio_postgres::Error) -> Self {
         BuyError::Postgres(e)
@@ -49,6 +52,7 @@ impl std::fmt::Display for BuyError {
         match self {
             BuyError::Lock(e) => e.fmt(f),
             BuyError::Redis(e) => e.fmt(f),
+            #[cfg(feature = "postgres")]
             BuyError::Postgres(e) => e.fmt(f),
             BuyError::Unexpected(t) => write!(f, "unexpected answer {t:?} to a first attempt"),
         }

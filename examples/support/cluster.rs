@@ -75,7 +75,7 @@ impl Cluster {
 
     /// The index in [`Cluster::masters`] of the master serving `key`.
     pub fn master_of(&self, key: &str) -> usize {
-        let slot = dlock::cluster_slot(key);
+        let slot = dlock::stock::cluster_slot(key);
         self.masters
             .iter()
             .position(|m| m.slots.iter().any(|r| r.contains(&slot)))

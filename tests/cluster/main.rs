@@ -107,7 +107,7 @@ pub async fn bounded<T>(limit: Duration, what: &str, fut: impl Future<Output = T
 }
 
 /// `n` lock names `<tag>:<i>` whose keys (under `client`'s prefix) are served by the master on
-/// `port`, by the cluster's slot map as it is now and `dlock::cluster_slot`.
+/// `port`, by the cluster's slot map as it is now and `dlock::stock::cluster_slot`.
 pub fn names_on_master(
     cluster: &RedisCluster,
     client: &LockClient,
@@ -124,7 +124,7 @@ pub fn names_on_master(
     let names: Vec<String> = (0..100 * n)
         .map(|i| format!("{tag}:{i}"))
         .filter(|name| {
-            let slot = dlock::cluster_slot(client.lock(name.as_str()).key());
+            let slot = dlock::stock::cluster_slot(client.lock(name.as_str()).key());
             master.slots.iter().any(|r| r.contains(&slot))
         })
         .take(n)

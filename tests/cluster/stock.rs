@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dlock::redis::AsyncCommands;
-use dlock::{LockError, SegmentLocks, SegmentedStock, Take};
+use dlock::stock::Take;
+use dlock::{LockError, SegmentLocks, SegmentedStock};
 
 use crate::{bounded, cluster_client, raw, shared_cluster};
 
@@ -41,11 +42,11 @@ async fn segmented_stock_sells_exactly_its_stock_to_two_clients_over_every_maste
     );
     assert!(matches!(
         stocks[0].init(UNITS).await.unwrap(),
-        dlock::Init::Created
+        dlock::stock::Init::Created
     ));
     assert!(matches!(
         stocks[1].init(UNITS).await.unwrap(),
-        dlock::Init::Existing { total: UNITS }
+        dlock::stock::Init::Existing { total: UNITS }
     ));
 
     // Each buyer takes its share of the orders through one client, and sends every order a

@@ -85,7 +85,7 @@ async fn renewing_3000_locks_costs_one_call_per_node_and_500_keys_per_tick() {
     let mut keys_per_node = vec![0usize; masters.len()];
     let mut slots_per_node = vec![BTreeMap::<u16, usize>::new(); masters.len()];
     for name in &names {
-        let slot = dlock::cluster_slot(client.lock(name.as_str()).key());
+        let slot = dlock::stock::cluster_slot(client.lock(name.as_str()).key());
         let node = masters
             .iter()
             .position(|m| m.slots.iter().any(|r| r.contains(&slot)))

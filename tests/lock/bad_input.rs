@@ -7,7 +7,8 @@ use crate::common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use dlock::{cluster_slot, LockClient, LockError};
+use dlock::stock::cluster_slot;
+use dlock::{LockClient, LockError};
 
 fn awkward_names() -> Vec<String> {
     vec![

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use dlock::stock::Take;
 use dlock::testing::RedisServer;
-use dlock::{LockClient, SegmentedStock, Take};
+use dlock::{LockClient, SegmentedStock};
 
 async fn client(server: &RedisServer) -> LockClient {
     LockClient::connect(&server.url()).await.unwrap()
@@ -16,7 +17,10 @@ async fn client(server: &RedisServer) -> LockClient {
 async fn stock(name: &str, segments: u32, total: u64) -> (RedisServer, SegmentedStock) {
     let server = RedisServer::start().expect("redis-server");
     let stock = SegmentedStock::new(&client(&server).await, name, segments).unwrap();
-    assert_eq!(stock.init(total).await.unwrap(), dlock::Init::Created);
+    assert_eq!(
+        stock.init(total).await.unwrap(),
+        dlock::stock::Init::Created
+    );
     (server, stock)
 }
 
@@ -61,7 +65,7 @@ async fn a_cancel_on_one_instance_stops_the_take_on_another() {
     let _ = a.init(10).await.unwrap();
     assert!(matches!(
         b.init(10).await.unwrap(),
-        dlock::Init::Existing { total: 10 }
+        dlock::stock::Init::Existing { total: 10 }
     ));
 
     assert_eq!(a.give_back("order-9").await.unwrap(), 0);

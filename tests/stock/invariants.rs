@@ -4,14 +4,18 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use dlock::stock::Take;
 use dlock::testing::RedisServer;
-use dlock::{LockClient, SegmentedStock, Take};
+use dlock::{LockClient, SegmentedStock};
 
 async fn stock(segments: u32, total: u64) -> (RedisServer, SegmentedStock) {
     let server = RedisServer::start().expect("redis-server");
     let client = LockClient::connect(&server.url()).await.unwrap();
     let stock = SegmentedStock::new(&client, "sku:inv", segments).unwrap();
-    assert_eq!(stock.init(total).await.unwrap(), dlock::Init::Created);
+    assert_eq!(
+        stock.init(total).await.unwrap(),
+        dlock::stock::Init::Created
+    );
     (server, stock)
 }
 

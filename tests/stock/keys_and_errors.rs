@@ -4,8 +4,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use dlock::stock::{cluster_slot, Init};
 use dlock::testing::RedisServer;
-use dlock::{cluster_slot, Init, LockClient, LockError, SegmentLocks, SegmentedStock};
+use dlock::{LockClient, LockError, SegmentLocks, SegmentedStock};
 
 async fn client() -> (RedisServer, LockClient) {
     let server = RedisServer::start().expect("redis-server");
@@ -78,22 +79,31 @@ async fn bad_input_is_rejected_with_a_reason() {
     assert!(reason(SegmentLocks::new(&client, "sku", 0).unwrap_err()).contains("0 segments"));
 
     let stock = SegmentedStock::new(&client, "sku:bad", 4).unwrap();
-    let e = stock.init(dlock::MAX_UNITS + 1).await.unwrap_err();
+    let e = stock.init(dlock::stock::MAX_UNITS + 1).await.unwrap_err();
     assert_eq!(e.lock_name(), Some("sku:bad"));
     assert!(reason(e).contains("above the limit"));
     // Nothing was set up by the refused init.
     assert!(reason(stock.take("o", 1).await.unwrap_err()).contains("call init() first"));
 
-    assert_eq!(stock.init(dlock::MAX_UNITS).await.unwrap(), Init::Created);
-    assert_eq!(stock.remaining().await.unwrap(), dlock::MAX_UNITS);
+    assert_eq!(
+        stock.init(dlock::stock::MAX_UNITS).await.unwrap(),
+        Init::Created
+    );
+    assert_eq!(stock.remaining().await.unwrap(), dlock::stock::MAX_UNITS);
     assert!(stock.take("o", 1).await.unwrap().is_taken());
-    assert_eq!(stock.remaining().await.unwrap(), dlock::MAX_UNITS - 1);
+    assert_eq!(
+        stock.remaining().await.unwrap(),
+        dlock::stock::MAX_UNITS - 1
+    );
 
     assert!(reason(stock.take("o", 0).await.unwrap_err()).contains("quantity of 0"));
-    let huge = stock.take("o2", dlock::MAX_UNITS + 1).await.unwrap_err();
+    let huge = stock
+        .take("o2", dlock::stock::MAX_UNITS + 1)
+        .await
+        .unwrap_err();
     assert!(reason(huge).contains("use 1 to"));
     assert!(reason(stock.take("", 1).await.unwrap_err()).contains("order id of 0 bytes"));
-    let long = "x".repeat(dlock::MAX_ORDER_ID_LEN + 1);
+    let long = "x".repeat(dlock::stock::MAX_ORDER_ID_LEN + 1);
     assert!(reason(stock.take(&long, 1).await.unwrap_err()).contains("513 bytes"));
     assert!(reason(stock.give_back("").await.unwrap_err()).contains("order id"));
     // (A negative quantity does not type-check: quantities are u64.)

@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use dlock::stock::Take;
 use dlock::testing::RedisServer;
-use dlock::{LockClient, SegmentedStock, Take};
+use dlock::{LockClient, SegmentedStock};
 
 async fn client() -> (RedisServer, LockClient) {
     let server = RedisServer::start().expect("redis-server");
@@ -20,7 +21,7 @@ async fn all_stock_sells_when_every_buyer_routes_to_one_segment() {
     let stock = SegmentedStock::new(&client, "sku:skewed", 8).unwrap();
     assert!(matches!(
         stock.init(200).await.unwrap(),
-        dlock::Init::Created
+        dlock::stock::Init::Created
     ));
     // 1,000 buyers whose ids all hash to segment 0: it drains after 25, and the other 175 units
     // must still sell through the walk, not strand in segments nobody is routed to.

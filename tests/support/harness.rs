@@ -211,7 +211,9 @@ fn cluster_serves_every_slot_and_promotes_replicas() {
     let owner = cluster.master_for_key(key).unwrap();
     assert_eq!(
         owner,
-        cluster.master_for_slot(dlock::cluster_slot(key)).unwrap()
+        cluster
+            .master_for_slot(dlock::stock::cluster_slot(key))
+            .unwrap()
     );
     assert_eq!(cli(cluster.server(owner.port).unwrap(), &["GET", key]), "v");
 

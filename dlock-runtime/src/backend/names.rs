@@ -123,9 +123,9 @@ static SLOT_TAGS: std::sync::LazyLock<Vec<u32>> = std::sync::LazyLock::new(|| {
 ///
 /// ```
 /// # extern crate dlock_runtime as dlock;
-/// assert_eq!(dlock::cluster_slot("foo"), 12182);
-/// assert_eq!(dlock::cluster_slot("{user1000}.following"),
-///            dlock::cluster_slot("{user1000}.followers"));
+/// assert_eq!(dlock::stock::cluster_slot("foo"), 12182);
+/// assert_eq!(dlock::stock::cluster_slot("{user1000}.following"),
+///            dlock::stock::cluster_slot("{user1000}.followers"));
 /// ```
 pub fn cluster_slot(key: &str) -> u16 {
     let bytes = key.as_bytes();

@@ -15,4 +15,4 @@ pub(crate) mod lock;
 pub(crate) mod multi;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
-pub(crate) mod stock;
+pub mod stock;

@@ -350,3 +350,24 @@ impl std::fmt::Debug for Settings {
             .finish()
     }
 }
+
+// Only in a build without the `postgres` feature (`.ci/run` makes one for this crate).
+#[cfg(all(test, not(feature = "postgres")))]
+mod tests {
+    use super::*;
+
+    /// A Redis-only build refuses a PostgreSQL URL by naming the package and the feature to
+    /// turn on. Runs in `.ci/run`'s build of this crate without features (with the feature,
+    /// the same URL is accepted, which `tests/stores` shows).
+    #[test]
+    fn postgres_url_without_the_feature_names_the_package_and_the_feature() {
+        let settings = Settings::new(Target::Single("postgres://app@127.0.0.1:5432/app".into()));
+        let e = settings.validate().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid argument: a postgres:// URL needs dlock's `postgres` cargo \
+             feature: `cargo add dlock-redis --features postgres` (features = [\"postgres\"] on \
+             the dlock-redis dependency)"
+        );
+    }
+}

@@ -36,7 +36,8 @@ pub const DEFAULT_DRAINED_FOR: Duration = Duration::from_millis(100);
 /// ```no_run
 /// # extern crate dlock_runtime as dlock;
 /// # async fn demo(client: dlock::LockClient) -> Result<(), dlock::LockError> {
-/// use dlock::{Init, SegmentedStock, Take};
+/// use dlock::stock::{Init, Take};
+/// use dlock::SegmentedStock;
 ///
 /// let stock = SegmentedStock::new(&client, "sku:42", 16)?;
 /// // 63 units in 8 segments, 62 in the other 8; a second init changes nothing.
@@ -64,16 +65,16 @@ pub const DEFAULT_DRAINED_FOR: Duration = Duration::from_millis(100);
 ///   same neighbour). Every attempt of one order id, in any process, walks the same path.
 /// * **One script per step.** At each segment the script reads the order's record there: none
 ///   and enough stock -> deduct and record `w<q>`; none and too little -> record a *pass* (`w0`)
-///   and go on. A recorded take answers [`Take::AlreadyTaken`](crate::Take::AlreadyTaken); a pass is walked past; a
-///   closed record (given back) answers [`Take::GivenBack`](crate::Take::GivenBack) and ends the walk.
+///   and go on. A recorded take answers [`Take::AlreadyTaken`](crate::stock::Take::AlreadyTaken); a pass is walked past; a
+///   closed record (given back) answers [`Take::GivenBack`](crate::stock::Take::GivenBack) and ends the walk.
 /// * **Why passes are recorded.** A retry (lost reply, client-side timeout, a duplicate request)
 ///   walks the same path and stops where the first attempt took, never at a segment the first
 ///   attempt walked past but that has stock again since: that is how a retry never deducts
 ///   twice without any key shared by all segments.
 /// * **Split orders.** When no single segment holds the whole quantity but the levels seen add
 ///   up to it, a second walk takes what each segment has (`p<n>/<q>`) until the order is
-///   complete: [`Take::Split`](crate::Take::Split). If concurrent buyers took the units meanwhile, the parts go
-///   back and the answer is [`Take::SoldOut`](crate::Take::SoldOut): the stock really was not there for it. Never a
+///   complete: [`Take::Split`](crate::stock::Take::Split). If concurrent buyers took the units meanwhile, the parts go
+///   back and the answer is [`Take::SoldOut`](crate::stock::Take::SoldOut): the stock really was not there for it. Never a
 ///   sold-out answer while the segments together hold the quantity at the time they are read.
 ///   Parts are taken one round trip apart, so while a split that will not complete holds
 ///   some, a concurrent buyer can find them gone: with multi-unit orders the last few units

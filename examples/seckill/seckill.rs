@@ -9,7 +9,7 @@
 //!     cargo run --release --example seckill -- --cluster
 //! # the stock in a PostgreSQL table and the locks in dlock's PostgreSQL store (starts a
 //! # temporary PostgreSQL server unless PG_URL is set)
-//! cargo run --release --features postgres --example seckill -- --store postgres
+//! cargo run --release --features seckill/postgres --example seckill -- --store postgres
 //! ```
 //!
 //! (a) no lock: read the stock, check it, write it back: the code many tutorials start from.
@@ -38,22 +38,25 @@
 //! oversells, strands stock, fails or its books do not balance in any round. With `--cluster`,
 //! a second table gives the commands each master served during each strategy.
 
-#[path = "support/mod.rs"]
+#[path = "../support/mod.rs"]
 mod support;
 
-#[path = "seckill/pg_sale.rs"]
+#[cfg(feature = "postgres")]
+#[path = "pg_sale.rs"]
 mod pg_sale;
-#[path = "seckill/pg_stock.rs"]
+#[cfg(feature = "postgres")]
+#[path = "pg_stock.rs"]
 mod pg_stock;
-#[path = "seckill/pg_strategies.rs"]
+#[cfg(feature = "postgres")]
+#[path = "pg_strategies.rs"]
 mod pg_strategies;
-#[path = "seckill/report.rs"]
+#[path = "report.rs"]
 mod report;
-#[path = "seckill/rounds.rs"]
+#[path = "rounds.rs"]
 mod rounds;
-#[path = "seckill/run.rs"]
+#[path = "run.rs"]
 mod run;
-#[path = "seckill/strategies.rs"]
+#[path = "strategies.rs"]
 mod strategies;
 
 use std::future::Future;
@@ -98,7 +101,7 @@ struct Args {
     /// UPDATE ... WHERE units > 0 (PostgreSQL only). Default: every one the store offers.
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Strategy>,
-    /// Where the stock and the locks live: redis, or postgres (needs `--features postgres`).
+    /// Where the stock and the locks live: redis, or postgres (needs `--features seckill/postgres`).
     #[arg(long, value_enum, default_value = "redis")]
     store: Store,
     /// With --store postgres: the PostgreSQL to use (stock table `seckill_stock`, dlock's schema
@@ -222,8 +225,8 @@ async fn sale(args: &Args) -> i32 {
         eprintln!("--buyers, --units, --in-flight and --rounds must be at least 1");
         return 2;
     }
-    if !(1..=dlock::MAX_SEGMENTS).contains(&args.segments) {
-        eprintln!("--segments must be 1 to {}", dlock::MAX_SEGMENTS);
+    if !(1..=dlock::stock::MAX_SEGMENTS).contains(&args.segments) {
+        eprintln!("--segments must be 1 to {}", dlock::stock::MAX_SEGMENTS);
         return 2;
     }
     if let Err(e) = args.check_store() {
@@ -234,7 +237,13 @@ async fn sale(args: &Args) -> i32 {
     // is one SCAN per node. (On PostgreSQL: every lock name and stock row.)
     let prefix = format!("seckill-{:08x}:", rand_u32());
     if args.store == Store::Postgres {
+        #[cfg(feature = "postgres")]
         return pg_sale::sale(args, &prefix).await;
+        #[cfg(not(feature = "postgres"))]
+        {
+            eprintln!("--store postgres needs the demo built with PostgreSQL: cargo run --release --features seckill/postgres --example seckill -- --store postgres");
+            return 2;
+        }
     }
     let opened = if args.cluster {
         open_cluster(args, &prefix).await
