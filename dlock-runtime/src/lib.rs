@@ -380,10 +380,8 @@
 
 // The layers, bottom to top; each imports only the ones above it in this list (ARCHITECTURE.md
 // at the repository root has the rules and the path of one acquire).
-mod backend;
 mod error;
 mod handles;
-mod kinds;
 mod machinery;
 mod settings;
 mod store;
@@ -392,7 +390,6 @@ mod store;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
-pub use backend::names::KeyPart;
 pub use error::{LockError, StoreFault};
 pub use handles::blocking;
 pub use handles::builder::LockClientBuilder;
@@ -409,6 +406,7 @@ pub use handles::semaphore::{Permit, Semaphore};
 pub use handles::stock;
 pub use handles::stock::{SegmentLocks, SegmentedStock};
 pub use settings::{DEFAULT_PREFIX, DEFAULT_TTL, DEFAULT_WAIT};
+pub use store::redis::backend::names::KeyPart;
 /// What [`LockGuard::cancellation_token`] returns (tokio-util's), re-exported so a crate
 /// needs no dependency of its own to name it.
 pub use tokio_util::sync::CancellationToken;

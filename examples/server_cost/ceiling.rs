@@ -166,7 +166,7 @@ fn pipeline(load: Load, bases: &[String], round: &str) -> redis::Pipeline {
     for (i, b) in bases.iter().enumerate() {
         match load {
             Load::DlockScripts => {
-                // As kinds/plain.rs sends it: the slot's fencing counter, the owner's done
+                // As store/redis/kinds/plain.rs sends it: the slot's fencing counter, the owner's done
                 // latch; lease, owner, marker lifetime, not a re-entry, counter lifetime, no
                 // hard lease.
                 pipe.cmd("EVALSHA")

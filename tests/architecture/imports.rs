@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// A crate's files (relative paths like `backend/conn.rs`) and the files each one imports.
+/// A crate's files (relative paths like `store/redis/backend/conn.rs`) and the files each one imports.
 pub struct Graph {
     pub edges: BTreeMap<String, BTreeSet<String>>,
 }

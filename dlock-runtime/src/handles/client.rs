@@ -8,8 +8,8 @@ use crate::handles::lock::Lock;
 use crate::handles::multi::MultiLock;
 use crate::handles::rwlock::ReadWriteLock;
 use crate::handles::semaphore::Semaphore;
-use crate::kinds::{Fair, RedissonLock, RedissonRead, RedissonWrite};
 use crate::machinery::shared::Shared;
+use crate::store::redis::kinds::{Fair, RedissonLock, RedissonRead, RedissonWrite};
 
 /// A connection to one Redis deployment: command connections, one pub/sub connection shared by
 /// every waiter, and one watchdog task renewing every lock this client holds, all run on the

@@ -116,8 +116,8 @@ use std::sync::LazyLock;
 use redis::aio::ConnectionLike;
 use redis::FromRedisValue;
 
-use crate::backend::script::Script;
 use crate::error::LockError;
+use crate::store::redis::backend::script::Script;
 
 static SET_IF_NEWER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/fence/set_if_newer.lua")));

@@ -6,15 +6,15 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::names::LockKeys;
 use crate::error::LockError;
 use crate::handles::guard::LockGuard;
-use crate::kinds::{LockKind, Plain};
 use crate::machinery::acquire::Acquire;
 use crate::machinery::shared::Shared;
 use crate::machinery::telemetry;
 use crate::settings::ReplicaSync;
 use crate::store::error::StoreError;
+use crate::store::redis::backend::names::LockKeys;
+use crate::store::redis::kinds::{LockKind, Plain};
 
 /// A handle on the lock called `name`; made by [`LockClient::lock`](crate::LockClient::lock). Cheap to clone; holds no
 /// lock by itself.

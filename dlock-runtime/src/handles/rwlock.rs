@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use crate::handles::lock::Lock;
-use crate::kinds::{LockKind, Read, Write};
 use crate::machinery::shared::Shared;
+use crate::store::redis::kinds::{LockKind, Read, Write};
 
 /// A read-write lock called `name`; made by
 /// [`LockClient::read_write_lock`](crate::LockClient::read_write_lock). Cheap to clone; holds

@@ -4,12 +4,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::names::LockKeys;
 use crate::error::LockError;
 use crate::handles::guard::LockGuard;
 use crate::handles::lock::Lock;
-use crate::kinds::{self as kind, LockKind};
 use crate::machinery::shared::Shared;
+use crate::store::redis::backend::names::LockKeys;
+use crate::store::redis::kinds::{self as kind, LockKind};
 
 /// A semaphore of `permits` permits called `name`; made by
 /// [`LockClient::semaphore`](crate::LockClient::semaphore). Cheap to clone; holds no permit by

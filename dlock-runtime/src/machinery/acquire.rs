@@ -10,11 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::names::LockKeys;
-use crate::backend::retry::{self, Backoff};
-use crate::backend::sync_conn::Purpose;
 use crate::error::LockError;
-use crate::kinds::{Attempt, Claim, LockKind, Nested};
 use crate::machinery::gate::{GatePass, Turn};
 use crate::machinery::hold::Hold;
 use crate::machinery::orphan::{Orphan, Registration};
@@ -27,6 +23,10 @@ use crate::machinery::watchdog::FirstRenewal;
 use crate::settings::ReplicaSync;
 use crate::store::error as store_error;
 use crate::store::link::Link;
+use crate::store::redis::backend::names::LockKeys;
+use crate::store::redis::backend::retry::{self, Backoff};
+use crate::store::redis::backend::sync_conn::Purpose;
+use crate::store::redis::kinds::{Attempt, Claim, LockKind, Nested};
 
 /// One acquire of one lock, its settings validated by the handle.
 pub(crate) struct Acquire<'a> {

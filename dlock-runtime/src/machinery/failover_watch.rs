@@ -16,9 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use tokio::runtime::Handle;
 
-use crate::backend::conn::Pool;
-use crate::backend::slots::Owners;
 use crate::machinery::watchdog::Watchdog;
+use crate::store::redis::backend::conn::Pool;
+use crate::store::redis::backend::slots::Owners;
 
 /// How often the slot map is read while holds exist: one `CLUSTER SLOTS` per client, small
 /// next to a failover's own seconds (`cluster-node-timeout` plus the election).

@@ -8,9 +8,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::kinds::{Claim, LockKind};
 use crate::machinery::gate::{courtesy, GatePass};
 use crate::machinery::telemetry;
+use crate::store::redis::kinds::{Claim, LockKind};
 
 pub(crate) struct Hold {
     /// Identifies the hold inside the watchdog.

@@ -1,7 +1,8 @@
 //! The client's machinery: what happens between a lock handle and Redis. Shared state, holds,
 //! the local gate and handoff, waiters, the watchdog, orphan clean-up and releases.
 //!
-//! Imports `settings`, `error`, `backend` and `kinds`; nothing here names a public handle.
+//! Imports `settings`, `error` and `store` (the seam, and Redis's `store/redis/backend` and
+//! `store/redis/kinds`); nothing here names a public handle.
 //! Bottom to top: `telemetry`, `written`, `gate`, `hold`, `scope`, `waiters`, `watchdog`, `failover_watch`,
 //! `primary_switch`, `shared`,
 //! `orphan`, `release`, `shutdown`.

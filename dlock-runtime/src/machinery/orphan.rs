@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::retry::Backoff;
-use crate::kinds::{Claim, LockKind};
 use crate::machinery::hold::Hold;
 use crate::machinery::shared::Shared;
 use crate::machinery::watchdog::FirstRenewal;
 use crate::store::link::Link;
+use crate::store::redis::backend::retry::Backoff;
+use crate::store::redis::kinds::{Claim, LockKind};
 
 /// Armed while an acquire request may be on the wire. Dropped armed (the caller's future was
 /// dropped, or the reply was lost), it undoes whatever the server may have granted: the owner

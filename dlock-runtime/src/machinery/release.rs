@@ -43,8 +43,6 @@ use std::time::Duration;
 use tokio::runtime::RuntimeFlavor;
 use tokio::time::Instant;
 
-use crate::backend::retry::Backoff;
-use crate::backend::thread::Running;
 use crate::error::LockError;
 use crate::machinery::gate::{GatePass, Handed};
 use crate::machinery::hold::Hold;
@@ -54,6 +52,8 @@ use crate::machinery::written::InFlight;
 use crate::settings::LOCAL_TOKENS;
 use crate::store::error::{self as store_error, StoreError};
 use crate::store::link::Released;
+use crate::store::redis::backend::retry::Backoff;
+use crate::store::redis::backend::thread::Running;
 
 /// The fencing token of a hold Redis granted with counter value `redis`.
 pub(crate) fn token_from_redis(redis: u64) -> u64 {
@@ -421,7 +421,7 @@ fn nobody_listened(released: &Released, shared: &Shared) -> bool {
     released.listeners == Some(0) && shared.publish_counts_all
 }
 
-/// How long a release keeps trying through passing faults (see `backend/retry.rs`).
+/// How long a release keeps trying through passing faults (see `store/redis/backend/retry.rs`).
 #[derive(Clone, Copy, Debug)]
 enum Patience {
     /// Until the lease has surely ended in Redis: nothing is left to release after that.

@@ -31,9 +31,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::conn::Pool;
-use crate::backend::names::cluster_slot;
-use crate::backend::topology::Topology;
+use crate::store::redis::backend::conn::Pool;
+use crate::store::redis::backend::names::cluster_slot;
+use crate::store::redis::backend::topology::Topology;
 
 /// A master's address.
 type Node = (String, u16);

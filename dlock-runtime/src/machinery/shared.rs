@@ -8,18 +8,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::acl::{check_channel, Refused};
-use crate::backend::conn::{Conn, Pool};
-use crate::backend::connect_check::{self, Checked};
-use crate::backend::library::Mode;
-use crate::backend::names::LockKeys;
-use crate::backend::script::install_library;
-use crate::backend::sentinel::SentinelConn;
-use crate::backend::sync_conn::SyncConn;
-use crate::backend::thread::{Background, Tracker};
-use crate::backend::topology::Topology;
 use crate::error::LockError;
-use crate::kinds::{Claim, LockKind};
 use crate::machinery::gate::Gates;
 use crate::machinery::hold::Hold;
 use crate::machinery::shard_subscriber;
@@ -33,6 +22,17 @@ use crate::settings::is_postgres_url;
 use crate::settings::{holder, Bounds, ReplicaSync, Settings, Target};
 use crate::store::error::StoreError;
 use crate::store::link::Link;
+use crate::store::redis::backend::acl::{check_channel, Refused};
+use crate::store::redis::backend::conn::{Conn, Pool};
+use crate::store::redis::backend::connect_check::{self, Checked};
+use crate::store::redis::backend::library::Mode;
+use crate::store::redis::backend::names::LockKeys;
+use crate::store::redis::backend::script::install_library;
+use crate::store::redis::backend::sentinel::SentinelConn;
+use crate::store::redis::backend::sync_conn::SyncConn;
+use crate::store::redis::backend::thread::{Background, Tracker};
+use crate::store::redis::backend::topology::Topology;
+use crate::store::redis::kinds::{Claim, LockKind};
 
 /// The store behind a client.
 enum Backing {
@@ -501,7 +501,7 @@ impl Shared {
                 role,
             };
         }
-        if crate::backend::retry::is_link_error(&e) {
+        if crate::store::redis::backend::retry::is_link_error(&e) {
             // The connection may have been replaced (Redis restarted or failed over): the
             // holds this client keeps must be checked now, not at their next renewal.
             self.watchdog.renew_all_now();

@@ -27,9 +27,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::topology::ClientSource;
 use crate::machinery::shard_subscriber::{ShardHooks, ShardSource, ShardSubscriber};
 use crate::machinery::telemetry;
+use crate::store::redis::backend::topology::ClientSource;
 
 /// How often the subscriber connection is PINGed when nothing else was heard from it.
 ///

@@ -18,15 +18,15 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::conn::{Conn, Pool};
-use crate::backend::names::cluster_slot;
-use crate::backend::script::Call;
-use crate::backend::slots::NodeAddr;
-use crate::backend::sync_conn::{Purpose, SyncConn};
-use crate::kinds::{Claim, LockKind};
 use crate::machinery::hold::Hold;
 use crate::machinery::telemetry;
 use crate::settings::ReplicaSync;
+use crate::store::redis::backend::conn::{Conn, Pool};
+use crate::store::redis::backend::names::cluster_slot;
+use crate::store::redis::backend::script::Call;
+use crate::store::redis::backend::slots::NodeAddr;
+use crate::store::redis::backend::sync_conn::{Purpose, SyncConn};
+use crate::store::redis::kinds::{Claim, LockKind};
 
 /// Keys per renew script call: bounds how long one call keeps Redis busy.
 const CHUNK: usize = 500;
@@ -368,7 +368,7 @@ async fn renew_postgres(
             let link = store.any_link();
             async move {
                 telemetry::renew_call();
-                let claims: Vec<&crate::kinds::Claim> = holds.iter().map(|h| &h.claim).collect();
+                let claims: Vec<&crate::store::redis::kinds::Claim> = holds.iter().map(|h| &h.claim).collect();
                 let call = link.renew(&*holds[0].kind, &claims);
                 let out = match tokio::time::timeout(call_bound(&holds), call).await {
                     Ok(Ok(v)) => v.into_iter().map(outcome).collect(),
@@ -403,7 +403,7 @@ async fn renew_grouped(
         // The node asked for the slot map does not answer: renew per slot this tick.
         Err(_) => {
             conn.slots_changed();
-            crate::backend::slots::by_slot(&keys)
+            crate::store::redis::backend::slots::by_slot(&keys)
         }
     };
     let conn = &*conn;

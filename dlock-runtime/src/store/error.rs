@@ -1,7 +1,7 @@
 //! A store's failures, classified the way every retry in the machinery reads them.
 
-use crate::backend::retry;
 use crate::error::{LockError, StoreFault};
+use crate::store::redis::backend::retry;
 
 /// Why a store request failed.
 #[derive(Debug)]

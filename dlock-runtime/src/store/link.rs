@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use crate::backend::conn::Conn;
-use crate::backend::names::LockKeys;
-use crate::kinds::{Attempt, Claim, LockKind, Semaphore};
 use crate::store::error::StoreError;
+use crate::store::redis::backend::conn::Conn;
+use crate::store::redis::backend::names::LockKeys;
+use crate::store::redis::kinds::{Attempt, Claim, LockKind, Semaphore};
 use crate::store::stored::StoredLock;
 
 /// One connection to the store. Requests sent on one link run in the order they were sent

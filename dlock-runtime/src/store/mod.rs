@@ -8,7 +8,8 @@
 //! id, undo a re-entry, renew many holds in one call, force an unlock, read whether a lock is
 //! held and for how long; each store answers in the shapes the kinds decode.
 //!
-//! - Redis: the kinds (`kinds/`) build script calls, `backend/` sends them.
+//! - Redis (`redis/`): the kinds (`redis/kinds/`) build script calls, `redis/backend/` sends
+//!   them.
 //! - PostgreSQL (`postgres/`, feature `postgres`): lease rows and SQL functions in a schema the
 //!   user names, releases announced with NOTIFY.
 //!
@@ -18,4 +19,5 @@ pub(crate) mod error;
 pub(crate) mod link;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+pub(crate) mod redis;
 pub(crate) mod stored;

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use crate::backend::names::{self, LockKeys};
 #[cfg(doc)]
 use crate::handles::client::LockClient;
-use crate::kinds::{self, LockKind};
+use crate::store::redis::backend::names::{self, LockKeys};
+use crate::store::redis::kinds::{self, LockKind};
 
 /// A kind of lock, as far as its keys go (the read and write sides of one read-write lock
 /// share theirs).
@@ -243,7 +243,7 @@ pub fn parse_key(prefix: &str, key: &str) -> Option<KeyInfo> {
     Some(KeyInfo { name, kind, part })
 }
 
-/// The inverse of the escaping in `backend/names.rs` (`%`, `{`, `}` as `%XX`), and of the
+/// The inverse of the escaping in `store/redis/backend/names.rs` (`%`, `{`, `}` as `%XX`), and of the
 /// PostgreSQL store's `%00` for NUL (a Redis key never has it: its `%` are escaped); `None`
 /// for text that escaping cannot have produced, so a foreign key is not mistaken for a lock.
 fn unescape(escaped: &str) -> Option<String> {
@@ -300,7 +300,7 @@ mod tests {
 
     #[test]
     fn the_layout_matches_the_runtime_keys() {
-        // The suffixes the kinds' scripts are given (kinds/*.rs).
+        // The suffixes the kinds' scripts are given (store/redis/kinds/*.rs).
         let l = Layout::new("p:", Kind::ReadWrite, "n");
         assert_eq!(l.key, "p:{n}:rw");
         assert_eq!(l.channel, "p:{n}:rw:chan");

@@ -2,7 +2,7 @@
 //! Redisson-kind locks without a prefix to go by.
 
 use super::layout::Kind;
-use crate::kinds;
+use crate::store::redis::kinds;
 
 /// The UUID that stands for the client `client_id` ([`LockClient::client_id`]) in the fields
 /// of its Redisson-kind locks: a holder field `<uuid>:<n>` with this uuid is one of that

@@ -1,7 +1,7 @@
 //! Where segments live (keys whose hash tags land in distinct cluster slots) and which order an
 //! order id visits them in.
 
-use crate::backend::names::{cluster_slot, hash_tagged};
+use crate::store::redis::backend::names::{cluster_slot, hash_tagged};
 
 /// Redis Cluster has 16384 slots.
 const SLOTS: u32 = 16384;

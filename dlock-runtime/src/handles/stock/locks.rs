@@ -4,11 +4,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::names::{cluster_slot, hash_tagged};
 use crate::error::LockError;
 use crate::handles::client::LockClient;
 use crate::handles::lock::Lock;
 use crate::machinery::shared::Shared;
+use crate::store::redis::backend::names::{cluster_slot, hash_tagged};
 
 use super::keys::{spread, Routing};
 use super::segmented::{check_name_and_segments, DEFAULT_DRAINED_FOR};

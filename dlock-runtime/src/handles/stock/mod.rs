@@ -25,4 +25,4 @@ pub use segmented::{
 pub use take::{Part, Take};
 
 /// Where segments (and every other key) live on a Redis Cluster.
-pub use crate::backend::names::cluster_slot;
+pub use crate::store::redis::backend::names::cluster_slot;

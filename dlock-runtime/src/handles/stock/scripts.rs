@@ -2,8 +2,8 @@
 
 use std::sync::LazyLock;
 
-use crate::backend::library;
-use crate::backend::script::Script;
+use crate::store::redis::backend::library;
+use crate::store::redis::backend::script::Script;
 
 pub(crate) static STOCK_META: LazyLock<Script> = LazyLock::new(|| Script::of(&library::STOCK_META));
 pub(crate) static STOCK_INIT: LazyLock<Script> = LazyLock::new(|| Script::of(&library::STOCK_INIT));

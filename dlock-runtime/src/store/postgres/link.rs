@@ -1,7 +1,7 @@
 //! `PgLink`: one connection of the store, and the ops the machinery sends through it. Each op
 //! is one call of one of dlock's SQL functions in autocommit (so it works through a
 //! transaction-mode pooler), with replies shaped like the Lua scripts' so the decoders in
-//! `kinds/` read them unchanged. Every call is bounded by the response timeout.
+//! `store/redis/kinds/` read them unchanged. Every call is bounded by the response timeout.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -14,8 +14,8 @@ use super::channel::pg_channel;
 use super::connections::Inner;
 use super::errors::PgError;
 use super::names::{stored, stored_and_whole};
-use crate::backend::names::LockKeys;
-use crate::kinds::{Claim, LockKind, WRITER_INTENT};
+use crate::store::redis::backend::names::LockKeys;
+use crate::store::redis::kinds::{Claim, LockKind, WRITER_INTENT};
 
 /// The kinds this store offers, by `LockKind::id`.
 enum Offered {
@@ -441,7 +441,7 @@ impl PgLink {
                     .await?;
                 Ok(column(&row, 0)?)
             }
-            // As `kinds/semaphore.rs` does: the permit given back, latched by the marker.
+            // As `store/redis/kinds/semaphore.rs` does: the permit given back, latched by the marker.
             Offered::Semaphore => {
                 self.sem_release(what, claim, &channel, marker, claim.lease)
                     .await

@@ -40,10 +40,10 @@ use tokio_postgres::error::Severity;
 use tokio_postgres::{AsyncMessage, Client, Connection};
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::retry::Backoff;
 use crate::store::postgres::channel::pg_channel;
 use crate::store::postgres::errors::PgError;
 use crate::store::postgres::tls::PgConnect;
+use crate::store::redis::backend::retry::Backoff;
 
 /// Receives a notification: (dlock channel, not the PostgreSQL name; payload).
 pub(crate) type Dispatch = Box<dyn Fn(&str, &str) + Send + Sync>;

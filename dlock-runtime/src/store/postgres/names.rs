@@ -6,7 +6,7 @@
 //! So every key and id this store sends (a lock's key and fence, a release latch, a re-entry
 //! marker) goes through [`stored`]:
 //!
-//! - NUL is written `%00`, the percent-escape `backend/names.rs` uses for `%`, `{` and `}`.
+//! - NUL is written `%00`, the percent-escape `store/redis/backend/names.rs` uses for `%`, `{` and `}`.
 //!   That stays injective: the name sits between the key's braces with every `%` of it escaped
 //!   (`%25`), so `%00` there always stands for NUL; the prefix may not hold NUL on this store
 //!   (`Settings::validate_postgres`), and the rest of a key is dlock's own fixed text.
@@ -24,7 +24,7 @@ use std::fmt::Write as _;
 
 use sha2::{Digest, Sha256};
 
-use crate::backend::names::escape;
+use crate::store::redis::backend::names::escape;
 
 /// The longest text stored as it is. Well below btree's 2704-byte limit for an index entry,
 /// which `holds` shares between the key and an owner id, with room for PostgreSQL's own
@@ -70,7 +70,7 @@ fn hashed(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::names::LockKeys;
+    use crate::store::redis::backend::names::LockKeys;
 
     #[test]
     fn short_names_are_stored_as_they_are() {

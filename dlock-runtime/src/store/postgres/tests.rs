@@ -11,8 +11,10 @@ use tokio_postgres::{AsyncMessage, Config, NoTls};
 
 use super::channel::pg_channel;
 use super::store::PgStore;
-use crate::backend::names::LockKeys;
-use crate::kinds::{Claim, Fair, LockKind, Plain, Read, RedissonLock, Semaphore, Write};
+use crate::store::redis::backend::names::LockKeys;
+use crate::store::redis::kinds::{
+    Claim, Fair, LockKind, Plain, Read, RedissonLock, Semaphore, Write,
+};
 use crate::testing::postgres::PgServer;
 
 const LEASE: Duration = Duration::from_secs(10);

@@ -11,9 +11,9 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::seam::{millis, Attempt, Claim, LockKind, Nested};
-use crate::backend::library;
-use crate::backend::names::LockKeys;
-use crate::backend::script::{Call, Script};
+use crate::store::redis::backend::library;
+use crate::store::redis::backend::names::LockKeys;
+use crate::store::redis::backend::script::{Call, Script};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::SEMAPHORE_ACQUIRE));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::SEMAPHORE_RELEASE));

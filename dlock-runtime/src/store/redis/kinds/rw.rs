@@ -6,9 +6,9 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::seam::{fence_lifetime, flag, millis, Attempt, Claim, LockKind, Nested};
-use crate::backend::library;
-use crate::backend::names::LockKeys;
-use crate::backend::script::{Call, Script};
+use crate::store::redis::backend::library;
+use crate::store::redis::backend::names::LockKeys;
+use crate::store::redis::backend::script::{Call, Script};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::RW_ACQUIRE));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::RW_RELEASE));

@@ -8,7 +8,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::Value;
 
-use crate::backend::names::cluster_slot;
+use crate::store::redis::backend::names::cluster_slot;
 
 /// How long a slot map is trusted without a failure saying otherwise. A failover moves slots
 /// within seconds; a renewal sent to the old node fails, invalidates the map and is retried.

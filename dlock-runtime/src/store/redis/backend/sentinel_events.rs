@@ -13,7 +13,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::runtime::Handle;
 
-use crate::backend::sentinel_ask::ASK_TIMEOUT;
+use crate::store::redis::backend::sentinel_ask::ASK_TIMEOUT;
 
 /// The channel sentinels announce a completed failover on:
 /// `<master name> <old ip> <old port> <new ip> <new port>`.

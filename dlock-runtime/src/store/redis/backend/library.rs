@@ -78,55 +78,55 @@ macro_rules! sources {
 }
 
 sources! {
-    LOCK_ACQUIRE = "lock_acquire", Takes, include_str!("../../lua/lock/acquire.lua");
-    LOCK_RELEASE = "lock_release", Frees, include_str!("../../lua/lock/release.lua");
-    LOCK_UNDO_REENTRY = "lock_undo_reentry", Frees, include_str!("../../lua/lock/undo_reentry.lua");
-    LOCK_RENEW = "lock_renew", Frees, include_str!("../../lua/lock/renew.lua");
-    LOCK_RENEW_NODE = "lock_renew_node", Frees, include_str!("../../lua/lock/renew_node.lua");
-    LOCK_FORCE_UNLOCK = "lock_force_unlock", Frees, include_str!("../../lua/lock/force_unlock.lua");
-    RW_ACQUIRE = "rw_acquire", Takes, include_str!("../../lua/rw/acquire.lua");
-    RW_RELEASE = "rw_release", Frees, include_str!("../../lua/rw/release.lua");
-    RW_RENEW = "rw_renew", Frees, include_str!("../../lua/rw/renew.lua");
-    RW_FORCE_UNLOCK = "rw_force_unlock", Frees, include_str!("../../lua/rw/force_unlock.lua");
+    LOCK_ACQUIRE = "lock_acquire", Takes, include_str!("../../../../lua/lock/acquire.lua");
+    LOCK_RELEASE = "lock_release", Frees, include_str!("../../../../lua/lock/release.lua");
+    LOCK_UNDO_REENTRY = "lock_undo_reentry", Frees, include_str!("../../../../lua/lock/undo_reentry.lua");
+    LOCK_RENEW = "lock_renew", Frees, include_str!("../../../../lua/lock/renew.lua");
+    LOCK_RENEW_NODE = "lock_renew_node", Frees, include_str!("../../../../lua/lock/renew_node.lua");
+    LOCK_FORCE_UNLOCK = "lock_force_unlock", Frees, include_str!("../../../../lua/lock/force_unlock.lua");
+    RW_ACQUIRE = "rw_acquire", Takes, include_str!("../../../../lua/rw/acquire.lua");
+    RW_RELEASE = "rw_release", Frees, include_str!("../../../../lua/rw/release.lua");
+    RW_RENEW = "rw_renew", Frees, include_str!("../../../../lua/rw/renew.lua");
+    RW_FORCE_UNLOCK = "rw_force_unlock", Frees, include_str!("../../../../lua/rw/force_unlock.lua");
     FAIR_ACQUIRE = "fair_acquire", Takes,
-        concat!(include_str!("../../lua/fair/common.lua"), include_str!("../../lua/fair/acquire.lua"));
+        concat!(include_str!("../../../../lua/fair/common.lua"), include_str!("../../../../lua/fair/acquire.lua"));
     FAIR_RELEASE = "fair_release", Frees,
-        concat!(include_str!("../../lua/fair/common.lua"), include_str!("../../lua/fair/release.lua"));
+        concat!(include_str!("../../../../lua/fair/common.lua"), include_str!("../../../../lua/fair/release.lua"));
     FAIR_UNDO_REENTRY = "fair_undo_reentry", Frees,
-        concat!(include_str!("../../lua/fair/common.lua"), include_str!("../../lua/fair/undo_reentry.lua"));
-    SEMAPHORE_ACQUIRE = "semaphore_acquire", Takes, include_str!("../../lua/semaphore/acquire.lua");
-    SEMAPHORE_RELEASE = "semaphore_release", Frees, include_str!("../../lua/semaphore/release.lua");
-    SEMAPHORE_RENEW = "semaphore_renew", Frees, include_str!("../../lua/semaphore/renew.lua");
-    SEMAPHORE_AVAILABLE = "semaphore_available", Reads, include_str!("../../lua/semaphore/available.lua");
+        concat!(include_str!("../../../../lua/fair/common.lua"), include_str!("../../../../lua/fair/undo_reentry.lua"));
+    SEMAPHORE_ACQUIRE = "semaphore_acquire", Takes, include_str!("../../../../lua/semaphore/acquire.lua");
+    SEMAPHORE_RELEASE = "semaphore_release", Frees, include_str!("../../../../lua/semaphore/release.lua");
+    SEMAPHORE_RENEW = "semaphore_renew", Frees, include_str!("../../../../lua/semaphore/renew.lua");
+    SEMAPHORE_AVAILABLE = "semaphore_available", Reads, include_str!("../../../../lua/semaphore/available.lua");
     SEMAPHORE_FORCE_UNLOCK = "semaphore_force_unlock", Frees,
-        include_str!("../../lua/semaphore/force_unlock.lua");
+        include_str!("../../../../lua/semaphore/force_unlock.lua");
     REDISSON_LOCK_ACQUIRE = "redisson_lock_acquire", Takes,
-        include_str!("../../lua/redisson/lock_acquire.lua");
+        include_str!("../../../../lua/redisson/lock_acquire.lua");
     REDISSON_FENCED_LOCK_ACQUIRE = "redisson_fenced_lock_acquire", Takes,
-        include_str!("../../lua/redisson/fenced_lock_acquire.lua");
+        include_str!("../../../../lua/redisson/fenced_lock_acquire.lua");
     REDISSON_LOCK_RELEASE = "redisson_lock_release", Frees,
-        include_str!("../../lua/redisson/lock_release.lua");
+        include_str!("../../../../lua/redisson/lock_release.lua");
     REDISSON_LOCK_UNDO_REENTRY = "redisson_lock_undo_reentry", Frees,
-        include_str!("../../lua/redisson/lock_undo_reentry.lua");
+        include_str!("../../../../lua/redisson/lock_undo_reentry.lua");
     REDISSON_LOCK_FORCE_UNLOCK = "redisson_lock_force_unlock", Frees,
-        include_str!("../../lua/redisson/lock_force_unlock.lua");
+        include_str!("../../../../lua/redisson/lock_force_unlock.lua");
     REDISSON_READ_ACQUIRE = "redisson_read_acquire", Takes,
-        include_str!("../../lua/redisson/read_acquire.lua");
+        include_str!("../../../../lua/redisson/read_acquire.lua");
     REDISSON_READ_RELEASE = "redisson_read_release", Frees,
-        include_str!("../../lua/redisson/read_release.lua");
+        include_str!("../../../../lua/redisson/read_release.lua");
     REDISSON_READ_RENEW = "redisson_read_renew", Frees,
-        include_str!("../../lua/redisson/read_renew.lua");
+        include_str!("../../../../lua/redisson/read_renew.lua");
     REDISSON_WRITE_ACQUIRE = "redisson_write_acquire", Takes,
-        include_str!("../../lua/redisson/write_acquire.lua");
+        include_str!("../../../../lua/redisson/write_acquire.lua");
     REDISSON_WRITE_RELEASE = "redisson_write_release", Frees,
-        include_str!("../../lua/redisson/write_release.lua");
+        include_str!("../../../../lua/redisson/write_release.lua");
     REDISSON_RW_FORCE_UNLOCK = "redisson_rw_force_unlock", Frees,
-        include_str!("../../lua/redisson/rw_force_unlock.lua");
-    STOCK_META = "stock_meta", Takes, include_str!("../../lua/stock/meta.lua");
-    STOCK_INIT = "stock_init", Takes, include_str!("../../lua/stock/init.lua");
-    STOCK_TAKE = "stock_take", Takes, include_str!("../../lua/stock/take.lua");
-    STOCK_GIVE_BACK = "stock_give_back", Frees, include_str!("../../lua/stock/give_back.lua");
-    STOCK_AUDIT = "stock_audit", Reads, include_str!("../../lua/stock/audit.lua");
+        include_str!("../../../../lua/redisson/rw_force_unlock.lua");
+    STOCK_META = "stock_meta", Takes, include_str!("../../../../lua/stock/meta.lua");
+    STOCK_INIT = "stock_init", Takes, include_str!("../../../../lua/stock/init.lua");
+    STOCK_TAKE = "stock_take", Takes, include_str!("../../../../lua/stock/take.lua");
+    STOCK_GIVE_BACK = "stock_give_back", Frees, include_str!("../../../../lua/stock/give_back.lua");
+    STOCK_AUDIT = "stock_audit", Reads, include_str!("../../../../lua/stock/audit.lua");
 }
 
 /// The library: its name and the code `FUNCTION LOAD` takes.

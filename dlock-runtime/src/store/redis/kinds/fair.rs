@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use super::plain::Plain;
 use super::seam::{fence_lifetime, flag, millis, Attempt, Claim, LockKind};
-use crate::backend::library;
-use crate::backend::names::LockKeys;
-use crate::backend::script::{Call, Script};
+use crate::store::redis::backend::library;
+use crate::store::redis::backend::names::LockKeys;
+use crate::store::redis::backend::script::{Call, Script};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::FAIR_ACQUIRE));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::FAIR_RELEASE));

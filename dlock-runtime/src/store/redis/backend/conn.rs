@@ -14,11 +14,11 @@ use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use tokio::runtime::Handle;
 
-use crate::backend::library::Mode;
-use crate::backend::names::cluster_slot;
-use crate::backend::sentinel::SentinelConn;
-use crate::backend::slots::{self, NodeAddr, Owners, SlotMap};
-use crate::backend::thread::from_runtime;
+use crate::store::redis::backend::library::Mode;
+use crate::store::redis::backend::names::cluster_slot;
+use crate::store::redis::backend::sentinel::SentinelConn;
+use crate::store::redis::backend::slots::{self, NodeAddr, Owners, SlotMap};
+use crate::store::redis::backend::thread::from_runtime;
 
 /// Lives on the runtime that drives the front connections; dropped (when that runtime shuts
 /// down and drops its tasks) it switches the pool over to the client's own connections. It

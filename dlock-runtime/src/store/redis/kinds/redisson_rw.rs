@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use super::redisson::{field, keys, publish, suffix_name, REDISSON_LEASE};
 use super::seam::{flag, millis, Attempt, Claim, LockKind, Nested};
-use crate::backend::library;
-use crate::backend::names::LockKeys;
-use crate::backend::script::{Call, Script};
+use crate::store::redis::backend::library;
+use crate::store::redis::backend::names::LockKeys;
+use crate::store::redis::backend::script::{Call, Script};
 
 static READ_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::of(&library::REDISSON_READ_ACQUIRE));

@@ -23,10 +23,10 @@ use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 
-use crate::backend::open::root_only;
-use crate::backend::sentinel_ask::{resolve, Resolved, ASK_TIMEOUT};
-use crate::backend::sentinel_events::{self, Announced};
-use crate::backend::thread::from_runtime;
+use crate::store::redis::backend::open::root_only;
+use crate::store::redis::backend::sentinel_ask::{resolve, Resolved, ASK_TIMEOUT};
+use crate::store::redis::backend::sentinel_events::{self, Announced};
+use crate::store::redis::backend::thread::from_runtime;
 
 /// How often the sentinels are asked even when nothing failed and nothing was announced (an
 /// announcement missed while a sentinel connection was down).

@@ -12,14 +12,14 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use tokio::runtime::Handle;
 
-use crate::backend::conn::{Conn, Link, Pool};
-use crate::backend::library::Mode;
-use crate::backend::open::{manager_config, open_client, root_only};
-use crate::backend::sentinel::{Follower, MasterSpec, SentinelConn};
-use crate::backend::slots::SlotMap;
-use crate::backend::thread::Background;
 use crate::error::LockError;
 use crate::settings::{Settings, Target};
+use crate::store::redis::backend::conn::{Conn, Link, Pool};
+use crate::store::redis::backend::library::Mode;
+use crate::store::redis::backend::open::{manager_config, open_client, root_only};
+use crate::store::redis::backend::sentinel::{Follower, MasterSpec, SentinelConn};
+use crate::store::redis::backend::slots::SlotMap;
+use crate::store::redis::backend::thread::Background;
 
 /// Where the waiters' subscriber gets its clients, asked at every (re)connect: the server, the
 /// cluster's seeds in turn, or the sentinels' current primary.

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use crate::backend::names::LockKeys;
-use crate::backend::script::Call;
 use crate::settings::ReplicaSync;
+use crate::store::redis::backend::names::LockKeys;
+use crate::store::redis::backend::script::Call;
 
 /// What Redis knows of one hold: whose it is, of which lock, for how long. Every script call a
 /// kind builds reads its keys and arguments from here; the client's own bookkeeping of a hold

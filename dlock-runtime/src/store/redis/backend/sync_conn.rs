@@ -17,10 +17,10 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::sync::OnceCell;
 
-use crate::backend::conn::Conn;
-use crate::backend::library::Mode;
-use crate::backend::topology::Topology;
 use crate::settings::ReplicaSync;
+use crate::store::redis::backend::conn::Conn;
+use crate::store::redis::backend::library::Mode;
+use crate::store::redis::backend::topology::Topology;
 
 /// What a synced connection carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 
-use crate::backend::conn::Conn;
+use crate::store::redis::backend::conn::Conn;
 
 /// Why the check failed.
 pub(crate) enum Refused {

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 
-use crate::backend::conn::Conn;
 use crate::error::LockError;
+use crate::store::redis::backend::conn::Conn;
 
 /// The oldest server the scripts run on: `SET .. GET` (6.2) reads and writes the fencing
 /// counter in one call.

@@ -20,9 +20,9 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::seam::{flag, millis, Attempt, Claim, LockKind};
-use crate::backend::library;
-use crate::backend::names::LockKeys;
-use crate::backend::script::{Call, Script};
+use crate::store::redis::backend::library;
+use crate::store::redis::backend::names::LockKeys;
+use crate::store::redis::backend::script::{Call, Script};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::REDISSON_LOCK_ACQUIRE));
 static FENCED_ACQUIRE: LazyLock<Script> =
@@ -233,7 +233,7 @@ impl LockKind for RedissonLock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::names::cluster_slot;
+    use crate::store::redis::backend::names::cluster_slot;
 
     #[test]
     fn names_are_redissons() {

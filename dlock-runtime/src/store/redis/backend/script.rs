@@ -18,9 +18,9 @@
 use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, RedisResult, ToRedisArgs, Value};
 
-use crate::backend::conn::Conn;
-use crate::backend::library::{self, Source, LIBRARY};
-use crate::backend::slots::NodeAddr;
+use crate::store::redis::backend::conn::Conn;
+use crate::store::redis::backend::library::{self, Source, LIBRARY};
+use crate::store::redis::backend::slots::NodeAddr;
 
 /// A Lua script: its text, its SHA1, and its function in dlock's library, computed once.
 pub(crate) struct Script {
