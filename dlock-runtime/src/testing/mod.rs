@@ -1,5 +1,6 @@
 //! Throw-away Redis deployments for tests (feature `testing`): a single server, a cluster, a
-//! Sentinel-managed primary, TLS and ACL users, all on free loopback ports.
+//! Sentinel-managed primary, TLS and ACL users, all on free loopback ports; and PostgreSQL
+//! ([`PgServer`]) and ZooKeeper ([`ZkServer`], [`ZkEnsemble`]) servers the same way.
 //!
 //! ```no_run
 //! # extern crate dlock_runtime as dlock;
@@ -17,6 +18,9 @@
 //!   [`RedisCluster::failover`] and [`RedisCluster::kill_master`] promote replicas.
 //! * [`RedisSentinel`]: a primary, a replica and three sentinels;
 //!   [`RedisSentinel::kill_master`] makes the sentinels fail over.
+//! * [`PgServer`]: a PostgreSQL server, its standbys and promotions ([`postgres`]).
+//! * [`ZkServer`] and [`ZkEnsemble`]: a standalone ZooKeeper and a three-server ensemble
+//!   whose leader can be killed or frozen ([`zookeeper`]).
 //!
 //! Everything here is synchronous and blocks the calling thread (a start takes milliseconds,
 //! a cluster ~3 s): call it before building a runtime, or from `spawn_blocking` inside one.
@@ -58,6 +62,9 @@
 //! * `openssl` (the command-line tool) for TLS servers (Redis, and PostgreSQL through
 //!   [`PgServer::builder`]): a CA, a certificate for `127.0.0.1` and `localhost` and an
 //!   unrelated CA are generated at start.
+//! * A ZooKeeper server and `java` for [`ZkServer`] and [`ZkEnsemble`] (Debian's `zookeeper`
+//!   package, or `$ZK_HOME` / `$ZOOKEEPER_CLASSPATH`; see [`zookeeper`]).
+//!   [`zookeeper_available`] says whether they were found.
 //!
 //! # Timings
 //!
@@ -78,6 +85,7 @@ mod server;
 mod support;
 mod tls;
 mod watchdog;
+pub mod zookeeper;
 
 pub use bins::{server_info, server_version, RedisVersion, ServerFlavour, ServerInfo};
 pub use cluster::{ClusterNode, RedisCluster};
@@ -86,3 +94,4 @@ pub use options::{Persistence, RedisServerBuilder};
 pub use postgres::{postgres_available, PgServer, PgServerBuilder};
 pub use sentinel::RedisSentinel;
 pub use server::{supports_tls, RedisServer};
+pub use zookeeper::{zookeeper_available, zookeeper_version, ZkEnsemble, ZkServer};
