@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use dlock::blocking::LockClient;
 use dlock::{distributed_lock, distributed_semaphore, LockError};
 
-use super::both::{stores, Store};
+use super::both::{stores, Need, Store};
 
 fn client(store: &Store) -> LockClient {
     let builder = dlock::LockClient::builder(store.url()).response_timeout(Duration::from_secs(2));
@@ -64,6 +64,9 @@ fn a_blocking_lock_excludes_re_enters_per_thread_and_wakes_a_waiter() {
 #[test]
 fn a_blocking_read_write_lock_shares_excludes_downgrades_and_refuses_upgrades() {
     for store in stores() {
+        if !store.can(Need::Family) {
+            continue;
+        }
         let (a, b) = (client(&store), client(&store));
         let name = store.name();
         let rw_a = a.read_write_lock("stores:blocking:rw");
@@ -114,6 +117,9 @@ fn a_blocking_read_write_lock_shares_excludes_downgrades_and_refuses_upgrades() 
 #[test]
 fn a_blocking_semaphore_lets_in_its_permits_and_no_more() {
     for store in stores() {
+        if !store.can(Need::Family) {
+            continue;
+        }
         let (a, b) = (client(&store), client(&store));
         let name = store.name();
         let sem = a.semaphore("stores:blocking:sem", 2);
@@ -219,6 +225,9 @@ fn one_at_a_time(locks: &LockClient) -> Result<Option<()>, AppError> {
 #[test]
 fn the_attributes_on_plain_fns_run_on_every_store() {
     for store in stores() {
+        if !store.can(Need::Family) {
+            continue;
+        }
         let locks = client(&store);
         let name = store.name();
         assert_eq!(

@@ -1,15 +1,40 @@
-//! The stores a shared test runs against: a throw-away Redis server and a throw-away
-//! PostgreSQL server, each with the calls a test needs to break it.
+//! The stores a shared test runs against: a throw-away Redis server, a throw-away PostgreSQL
+//! server and a throw-away ZooKeeper, each with the calls a test needs to break it. A call a
+//! store has no way to make (killing ZooKeeper's client connections from the server's side)
+//! says so: [`Store::can`] tells a test first, and the test prints what it skipped.
 
 use std::time::Duration;
 
-use dlock::testing::{postgres_available, Persistence, PgServer, RedisServer};
+use std::sync::Mutex;
+
+use dlock::testing::{
+    postgres_available, zookeeper_available, Persistence, PgServer, RedisServer, ZkServer,
+};
 use dlock::LockClient;
 
 /// One throw-away server of one store.
 pub enum Store {
     Redis(RedisServer),
     Postgres(PgServer),
+    /// Behind a mutex: its signals take `&mut`, a test holds the store by `&`.
+    Zookeeper(Mutex<ZkServer>),
+}
+
+/// The session timeout of the tests' ZooKeeper clients: every hold's lease there is two
+/// thirds of it (2 s), like the short leases the other stores' fault tests use.
+pub const ZK_SESSION: Duration = Duration::from_secs(3);
+
+/// What a test may need of a store beyond locking.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Need {
+    /// The read-write lock and the semaphore (ZooKeeper: not offered yet, refused by name).
+    Family,
+    /// Closing the clients' connections from the server's side.
+    KillConnections,
+    /// Reading a lock's owner ids as the store keeps them.
+    Owners,
+    /// The fair lock's queue as the store keeps it.
+    FairQueue,
 }
 
 /// A Redis server and, where PostgreSQL is installed, a PostgreSQL server (else the test says
@@ -25,22 +50,47 @@ pub fn stores() -> Vec<Store> {
     } else {
         super::common::skipped("the PostgreSQL store", "no PostgreSQL server binaries");
     }
+    if zookeeper_available() {
+        all.push(Store::Zookeeper(Mutex::new(
+            ZkServer::start().expect("start ZooKeeper"),
+        )));
+    } else {
+        super::common::skipped(
+            "the ZooKeeper store",
+            "no ZooKeeper server (java and its jar)",
+        );
+    }
     all
 }
 
 impl Store {
-    /// "redis" or "postgres", for assertion messages.
+    /// "redis", "postgres" or "zookeeper", for assertion messages.
     pub fn name(&self) -> &'static str {
         match self {
             Store::Redis(_) => "redis",
             Store::Postgres(_) => "postgres",
+            Store::Zookeeper(_) => "zookeeper",
         }
+    }
+
+    /// Whether this store gives what a test needs beyond locking; if not, the test's
+    /// `skipped: ...` line says so (the refusals themselves are tested in `errors.rs`).
+    pub fn can(&self, need: Need) -> bool {
+        let can = !matches!(self, Store::Zookeeper(_));
+        if !can {
+            super::common::skipped(
+                &format!("{need:?} on {}", self.name()),
+                "not offered by this store yet",
+            );
+        }
+        can
     }
 
     pub fn url(&self) -> String {
         match self {
             Store::Redis(s) => s.url(),
             Store::Postgres(s) => s.url(),
+            Store::Zookeeper(s) => zk(s).url(),
         }
     }
 
@@ -48,6 +98,7 @@ impl Store {
     pub async fn client_with(&self, response: Duration) -> LockClient {
         LockClient::builder(self.url())
             .response_timeout(response)
+            .zookeeper_session_timeout(ZK_SESSION)
             .build()
             .await
             .unwrap_or_else(|e| panic!("{}: connect: {e}", self.name()))
@@ -62,6 +113,7 @@ impl Store {
         match self {
             Store::Redis(s) => s.stop().expect("SIGSTOP redis-server"),
             Store::Postgres(s) => s.pause(),
+            Store::Zookeeper(s) => zk(s).stop().expect("SIGSTOP ZooKeeper"),
         }
     }
 
@@ -69,6 +121,7 @@ impl Store {
         match self {
             Store::Redis(s) => s.cont().expect("SIGCONT redis-server"),
             Store::Postgres(s) => s.resume(),
+            Store::Zookeeper(s) => zk(s).cont().expect("SIGCONT ZooKeeper"),
         }
     }
 
@@ -81,8 +134,15 @@ impl Store {
                 s.kill();
                 s.start_again().expect("restart PostgreSQL");
             }
+            // Its snapshot and transaction log keep the nodes and the sessions.
+            Store::Zookeeper(s) => zk(s).restart().expect("restart ZooKeeper"),
         }
     }
+}
+
+/// The ZooKeeper server behind its mutex.
+fn zk(s: &Mutex<ZkServer>) -> std::sync::MutexGuard<'_, ZkServer> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Store {
@@ -105,6 +165,7 @@ impl Store {
                 .lines()
                 .map(str::to_owned)
                 .collect(),
+            Store::Zookeeper(_) => panic!("owners: ask `can(Need::Owners)` first"),
         }
     }
 }
@@ -116,6 +177,7 @@ impl Store {
         match self {
             Store::Redis(s) => s.kill(),
             Store::Postgres(s) => s.kill(),
+            Store::Zookeeper(s) => zk(s).kill(),
         }
     }
 
@@ -124,6 +186,7 @@ impl Store {
         match self {
             Store::Redis(s) => s.restart().expect("restart redis-server"),
             Store::Postgres(s) => s.start_again().expect("restart PostgreSQL"),
+            Store::Zookeeper(s) => zk(s).restart().expect("restart ZooKeeper"),
         }
     }
 }
@@ -134,6 +197,7 @@ impl Store {
         match self {
             Store::Redis(s) => s.port(),
             Store::Postgres(s) => s.port(),
+            Store::Zookeeper(s) => zk(s).port(),
         }
     }
 
@@ -142,6 +206,7 @@ impl Store {
         match self {
             Store::Redis(_) => format!("redis://127.0.0.1:{port}"),
             Store::Postgres(_) => format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            Store::Zookeeper(_) => format!("zk://127.0.0.1:{port}"),
         }
     }
 
@@ -165,6 +230,9 @@ impl Store {
                     )
                     .expect("pg_terminate_backend");
                 out.trim().parse().expect("a count")
+            }
+            Store::Zookeeper(_) => {
+                panic!("kill_connections: ask `can(Need::KillConnections)` first")
             }
         }
     }
@@ -200,6 +268,8 @@ impl Store {
                 .lines()
                 .map(str::to_owned)
                 .collect(),
+            // Watches, not a connection: nothing listens.
+            Store::Zookeeper(_) => Vec::new(),
         }
     }
 }
@@ -222,6 +292,7 @@ impl Store {
                 return n;
             }
             Store::Postgres(s) => s.psql("SELECT count(*) FROM dlock.fair_queue"),
+            Store::Zookeeper(_) => panic!("fair_queue: ask `can(Need::FairQueue)` first"),
         };
         let out = out.expect("read the fair queue");
         out.trim().parse().expect("a count")
@@ -235,6 +306,7 @@ impl Store {
             Store::Postgres(s) => {
                 s.psql("SELECT owner, keep_until FROM dlock.fair_queue ORDER BY owner")
             }
+            Store::Zookeeper(_) => panic!("fair_keep_alive: ask `can(Need::FairQueue)` first"),
         }
         .expect("read the fair queue's keep-alive deadlines")
     }

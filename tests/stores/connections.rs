@@ -104,3 +104,33 @@ async fn a_missing_database_or_role_is_named_when_the_client_is_built() {
         assert!(started.elapsed() < Duration::from_secs(10), "{text}");
     }
 }
+
+/// A ZooKeeper that is not there: `connect` fails at once, naming the store and the URL, and
+/// says trying again later may help.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zookeeper_that_is_not_there_is_named_at_connect() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("its address")
+        .port();
+    let url = format!("zk://127.0.0.1:{port}/app");
+    let started = std::time::Instant::now();
+    let Err(e) = dlock::LockClient::builder(url.as_str())
+        .connect_timeout(std::time::Duration::from_secs(2))
+        .build()
+        .await
+    else {
+        panic!("connected to nothing");
+    };
+    let text = e.to_string();
+    assert!(
+        text.starts_with(&format!("zookeeper at {url} failed during connect")) && e.is_transient(),
+        "{text}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}

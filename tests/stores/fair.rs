@@ -13,7 +13,7 @@ use dlock::{LockClient, LockError};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::both::{stores, Store};
+use super::both::{stores, Need, Store};
 use crate::common;
 use crate::common::child;
 
@@ -110,6 +110,9 @@ async fn turns(rx: &mut mpsc::UnboundedReceiver<&'static str>, n: usize) -> Vec<
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_get_the_lock_in_the_order_they_asked_whichever_client_asked() {
     for store in stores() {
+        if !store.can(Need::FairQueue) {
+            continue;
+        }
         let holder = store.client().await;
         let (a, b) = (store.client().await, store.client().await);
         let key = key(&holder);
@@ -141,6 +144,9 @@ async fn waiters_get_the_lock_in_the_order_they_asked_whichever_client_asked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_hands_the_lock_to_the_waiter_and_tells_it() {
     for store in stores() {
+        if !store.can(Need::FairQueue) {
+            continue;
+        }
         let (holder, waiter) = (store.client().await, store.client().await);
         let key = key(&holder);
         let held = holder.fair_lock(NAME).acquire().await.unwrap();
@@ -202,6 +208,9 @@ async fn a_release_hands_the_lock_to_the_waiter_and_tells_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_queued_waiter_is_skipped_within_a_few_seconds() {
     for store in stores() {
+        if !store.can(Need::FairQueue) {
+            continue;
+        }
         let (holder, next) = (store.client().await, store.client().await);
         let key = key(&holder);
         let held = holder.fair_lock(NAME).acquire().await.unwrap();
@@ -278,6 +287,9 @@ async fn reentry_and_exclusion_work_like_the_plain_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_times_out_or_is_cancelled_leaves_the_queue_at_once() {
     for store in stores() {
+        if !store.can(Need::FairQueue) {
+            continue;
+        }
         let (holder, quitter, next) = (
             store.client().await,
             store.client().await,
@@ -327,6 +339,9 @@ async fn a_waiter_that_times_out_or_is_cancelled_leaves_the_queue_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_guard_hands_the_lock_on() {
     for store in stores() {
+        if !store.can(Need::FairQueue) {
+            continue;
+        }
         let (holder, next) = (store.client().await, store.client().await);
         let key = key(&holder);
         let held = holder.fair_lock(NAME).acquire().await.unwrap();
@@ -370,6 +385,9 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_to_an_acquire_dropped_as_it_is_granted_goes_on_to_the_next_waiter() {
     for store in stores() {
+        if !store.can(Need::FairQueue) {
+            continue;
+        }
         let (a, b, c) = (
             store.client().await,
             store.client().await,
@@ -425,6 +443,9 @@ async fn a_grant_to_an_acquire_dropped_as_it_is_granted_goes_on_to_the_next_wait
 #[test]
 fn the_blocking_fair_lock_queues_and_is_handed_over() {
     for store in stores() {
+        if !store.can(Need::FairQueue) {
+            continue;
+        }
         let a = dlock::blocking::LockClient::connect(&store.url()).unwrap();
         let b = dlock::blocking::LockClient::connect(&store.url()).unwrap();
         let key = key(a.as_async());

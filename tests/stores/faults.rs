@@ -139,6 +139,19 @@ async fn an_acquire_the_store_does_not_answer_fails_naming_that_store() {
                 );
                 assert!(text.starts_with("postgres at "), "{text}");
             }
+            super::both::Store::Zookeeper(_) => {
+                assert!(
+                    matches!(
+                        e,
+                        dlock::LockError::Store {
+                            store: "zookeeper",
+                            ..
+                        }
+                    ),
+                    "{text}"
+                );
+                assert!(text.starts_with("zookeeper at "), "{text}");
+            }
         }
         assert!(text.contains("stores:silent"), "{text}");
         assert!(e.is_transient(), "{}: {text}", store.name());

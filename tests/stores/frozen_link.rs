@@ -13,6 +13,8 @@ async fn a_holder_behind_a_frozen_link_reads_lost_before_another_client_acquires
         let proxy = Proxy::start(store.port());
         let holder = dlock::LockClient::builder(store.url_via(proxy.port()))
             .response_timeout(Duration::from_millis(500))
+            // ZooKeeper's lease is the session, not the lock's TTL.
+            .zookeeper_session_timeout(super::both::ZK_SESSION)
             .build()
             .await
             .unwrap_or_else(|e| panic!("{}: connect through the proxy: {e}", store.name()));

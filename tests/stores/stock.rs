@@ -17,16 +17,21 @@ async fn segmented_stock_is_redis_only_and_says_so_elsewhere() {
                 let _take = stock.take("order-1", 1).await.expect("take");
                 assert_eq!(stock.remaining().await.expect("remaining"), 9);
             }
-            Store::Postgres(_) => {
+            Store::Postgres(_) | Store::Zookeeper(_) => {
                 let Err(e) = made else {
-                    panic!("postgres: a SegmentedStock was made");
+                    panic!("{}: a SegmentedStock was made", store.name());
                 };
                 let text = e.to_string();
+                let shown = if store.name() == "postgres" {
+                    "PostgreSQL"
+                } else {
+                    "ZooKeeper"
+                };
                 assert!(
                     matches!(e, dlock::LockError::InvalidArgument { .. })
                         && text.contains("`stores:sku`")
                         && text.contains("SegmentedStock needs Redis")
-                        && text.contains("PostgreSQL")
+                        && text.contains(shown)
                         && !e.is_transient(),
                     "{text}"
                 );
@@ -55,8 +60,8 @@ fn the_blocking_stock_takes_on_redis_and_is_refused_elsewhere() {
                 assert_eq!(stock.remaining().expect("remaining"), 2);
                 assert!(stock.audit().expect("audit").is_consistent());
             }
-            Store::Postgres(_) => {
-                let e = made.expect_err("postgres: a blocking SegmentedStock was made");
+            Store::Postgres(_) | Store::Zookeeper(_) => {
+                let e = made.expect_err("a blocking SegmentedStock was made off Redis");
                 let text = e.to_string();
                 assert!(
                     text.contains("`stores:sku:sync`")

@@ -191,6 +191,16 @@ impl LockClientBuilder {
         self
     }
 
+    /// The session timeout a ZooKeeper client asks for (a `zk://` URL; default 30 s, and the
+    /// server clamps it to 2 to 20 of its ticks). On ZooKeeper the session is every hold's
+    /// lease: a holder that stops talking to the ensemble for this long loses its locks, and a
+    /// crashed holder's locks free after it. The holder reads lost two thirds of the way there
+    /// (see the `dlock::stores` page). Ignored for the other stores.
+    pub fn zookeeper_session_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.zookeeper_session_timeout = timeout;
+        self
+    }
+
     /// Replica-synced locks, off by default: after every acquire and every renewal, the client
     /// sends `WAIT replicas within` on the same connection, in the same round trip (Redisson's
     /// `checkLockSyncedSlaves`). An acquire that Redis granted but fewer than `replicas`

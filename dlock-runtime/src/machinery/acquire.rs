@@ -137,7 +137,10 @@ impl Acquire<'_> {
         }
         // Takes back what refused attempts left in Redis if this acquire ends without the lock:
         // awaited here on an error, sent from Drop if this future is dropped.
-        let mut give_up = GiveUp::new(self.shared, self.kind.refusal_leaves_a_trace());
+        let mut give_up = GiveUp::new(
+            self.shared,
+            self.kind.refusal_leaves_a_trace() || self.shared.refusal_leaves_a_trace(),
+        );
         let result = self
             .contend(pass, lease, wait, started, deadline, &mut give_up)
             .await;

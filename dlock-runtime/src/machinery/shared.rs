@@ -43,6 +43,8 @@ enum Backing {
     },
     #[cfg(feature = "postgres")]
     Postgres(Arc<crate::store::postgres::store::PgStore>),
+    #[cfg(feature = "zookeeper")]
+    Zookeeper(Arc<crate::store::zookeeper::store::ZkStore>),
 }
 
 pub(crate) struct Shared {
@@ -100,7 +102,88 @@ impl Shared {
                 return Self::connect_postgres(b, &url).await;
             }
         }
+        #[cfg(feature = "zookeeper")]
+        if let Target::Single(url) = &b.target {
+            if crate::settings::is_zookeeper_url(url) {
+                let url = url.clone();
+                return Self::connect_zookeeper(b, &url).await;
+            }
+        }
         Self::connect_redis(b).await
+    }
+
+    /// [`Shared::connect`] to ZooKeeper: one session for every request and watch of the
+    /// client, a new one when the server expires it.
+    #[cfg(feature = "zookeeper")]
+    async fn connect_zookeeper(b: Settings, raw_url: &str) -> Result<Arc<Self>, LockError> {
+        use crate::store::zookeeper::store::{ZkHooks, ZkStore};
+        let url = crate::settings::redact(raw_url);
+        let parsed = crate::store::zookeeper::url::parse(raw_url).map_err(|why| {
+            LockError::invalid("", format!("cannot read the ZooKeeper URL {url}: {why}"))
+        })?;
+        let client_id = format!("{:032x}", rand::random::<u128>());
+        let bg = Background::start(&client_id).map_err(|e| {
+            LockError::invalid("", format!("cannot start the client's thread: {e}"))
+        })?;
+        let stop = CancellationToken::new();
+        let store = ZkStore::connect(
+            parsed,
+            b.zookeeper_session_timeout,
+            b.connect_timeout,
+            b.response_timeout,
+            bg.handle(),
+            stop.clone(),
+        )
+        .await
+        .map_err(|e| e.into_lock_error("", "connect", &url))?;
+        let watchdog = Arc::new(Watchdog::start(
+            Renewer::Zookeeper(store.clone()),
+            url.clone(),
+            bg.handle(),
+            stop.clone(),
+        ));
+        let waiters = Waiters::start_local(bg.handle(), stop.clone());
+        let (to, hook, wake) = (
+            waiters.dispatcher(),
+            Arc::downgrade(&watchdog),
+            waiters.dispatcher(),
+        );
+        store.set_hooks(ZkHooks {
+            dispatch: Box::new(move |channel| to.dispatch(channel, String::new())),
+            session_replaced: Box::new(move || {
+                wake.wake_all();
+                if let Some(w) = hook.upgrade() {
+                    w.renew_all_now();
+                }
+            }),
+        });
+        let shared = Arc::new(Shared {
+            sharded_pubsub: false,
+            watchdog,
+            url,
+            backing: Backing::Zookeeper(store),
+            sync: None,
+            stop,
+            closed: AtomicBool::new(false),
+            acquiring: Arc::default(),
+            prefix: b.prefix,
+            default_ttl: b.default_ttl,
+            default_wait: b.default_wait,
+            response_timeout: b.response_timeout,
+            latch_ttl: b.latch_ttl,
+            handoff: b.handoff,
+            // A watch wakes one waiter and counts nobody.
+            publish_counts_all: false,
+            client_id,
+            client_tag: holder::client_tag(&b.client_name),
+            seq: AtomicU64::new(0),
+            waiters,
+            gates: Gates::default(),
+            written: Arc::default(),
+            bg,
+        });
+        tracing::debug!(url = %shared.url, client_id = %shared.client_id, "dlock client connected to ZooKeeper");
+        Ok(shared)
     }
 
     /// [`Shared::connect`] to PostgreSQL: a fixed set of connections for requests, one LISTEN
@@ -344,6 +427,14 @@ impl Shared {
                     self.url
                 ),
             )),
+            #[cfg(feature = "zookeeper")]
+            Backing::Zookeeper(_) => Err(LockError::invalid(
+                name,
+                format!(
+                    "SegmentedStock needs Redis (its segments are Redis keys spread over cluster slots); this client's store is ZooKeeper ({}), which is made for coordination, not for counting stock",
+                    self.url
+                ),
+            )),
         }
     }
 
@@ -356,6 +447,11 @@ impl Shared {
             Backing::Postgres(_) => Err(LockError::invalid(
                 "",
                 "synced_replicas needs Redis; this client's store is PostgreSQL",
+            )),
+            #[cfg(feature = "zookeeper")]
+            Backing::Zookeeper(_) => Err(LockError::invalid(
+                "",
+                "synced_replicas needs Redis; this client's store is ZooKeeper",
             )),
         }
     }
@@ -372,6 +468,10 @@ impl Shared {
             Backing::Redis { pool, .. } => Link::Redis(Self::conn_for(pool, key)),
             #[cfg(feature = "postgres")]
             Backing::Postgres(store) => Link::Postgres(store.link_for(key)),
+            #[cfg(feature = "zookeeper")]
+            Backing::Zookeeper(store) => {
+                Link::Zookeeper(crate::store::zookeeper::link::ZkLink::new(store.clone()))
+            }
         }
     }
 
@@ -381,6 +481,10 @@ impl Shared {
             Backing::Redis { pool, .. } => Link::Redis(pool.get()),
             #[cfg(feature = "postgres")]
             Backing::Postgres(store) => Link::Postgres(store.any_link()),
+            #[cfg(feature = "zookeeper")]
+            Backing::Zookeeper(store) => {
+                Link::Zookeeper(crate::store::zookeeper::link::ZkLink::new(store.clone()))
+            }
         }
     }
 
@@ -391,6 +495,10 @@ impl Shared {
             Backing::Redis { pool, .. } => Link::Redis(pool.background()),
             #[cfg(feature = "postgres")]
             Backing::Postgres(store) => Link::Postgres(store.any_link()),
+            #[cfg(feature = "zookeeper")]
+            Backing::Zookeeper(store) => {
+                Link::Zookeeper(crate::store::zookeeper::link::ZkLink::new(store.clone()))
+            }
         }
     }
 
@@ -415,6 +523,15 @@ impl Shared {
                 fault: crate::error::StoreFault::Unreachable,
                 source: Box::new(io),
             },
+            #[cfg(feature = "zookeeper")]
+            Backing::Zookeeper(_) => LockError::Store {
+                name: name.to_owned(),
+                op,
+                store: "zookeeper",
+                url: self.url.clone(),
+                fault: crate::error::StoreFault::Unreachable,
+                source: Box::new(io),
+            },
         }
     }
 
@@ -430,6 +547,8 @@ impl Shared {
             StoreError::Redis(e) => self.redis_error(name, key, op, e),
             #[cfg(feature = "postgres")]
             StoreError::Postgres(e) => e.into_lock_error(name, op, &self.url),
+            #[cfg(feature = "zookeeper")]
+            StoreError::Zookeeper(e) => e.into_lock_error(name, op, &self.url),
         }
     }
 
@@ -467,11 +586,32 @@ impl Shared {
             keys,
             owner,
             client_id: self.client_id.clone(),
-            lease,
+            lease: self.store_lease(lease),
             hard,
             sync,
         };
         Hold::new(id, claim, kind, self.bg.handle().clone())
+    }
+
+    /// The lease a hold is given on this client's store: `asked` (the lock's TTL), except on
+    /// ZooKeeper, where the session is the lease (see `ZkStore::lease`).
+    pub(crate) fn store_lease(&self, asked: Duration) -> Duration {
+        match &self.backing {
+            #[cfg(feature = "zookeeper")]
+            Backing::Zookeeper(store) => store.lease(),
+            _ => asked,
+        }
+    }
+
+    /// Whether every refused attempt leaves its owner in line in the store, whatever the kind
+    /// (ZooKeeper: its child waits there), so an acquire that ends without the lock must take
+    /// it back (see `LockKind::refusal_leaves_a_trace`).
+    pub(crate) fn refusal_leaves_a_trace(&self) -> bool {
+        match &self.backing {
+            #[cfg(feature = "zookeeper")]
+            Backing::Zookeeper(_) => true,
+            _ => false,
+        }
     }
 
     /// Turns a redis-rs error into a `LockError` naming the lock and the operation.

@@ -132,6 +132,24 @@ pub(crate) struct Waiters {
     sharded: std::sync::OnceLock<ShardSubscriber>,
 }
 
+/// Wakes waiters from a store's own events (see [`Waiters::start_local`]).
+#[cfg(feature = "zookeeper")]
+#[derive(Clone)]
+pub(crate) struct Dispatcher(Arc<Shared>);
+
+#[cfg(feature = "zookeeper")]
+impl Dispatcher {
+    /// Wakes the waiter of `channel` with `message`, as a release message does.
+    pub(crate) fn dispatch(&self, channel: &str, message: String) {
+        self.0.dispatch(channel, message);
+    }
+
+    /// Wakes every waiter: they all look again.
+    pub(crate) fn wake_all(&self) {
+        self.0.wake_all();
+    }
+}
+
 /// Makes the subscriber replace its connection, asking the topology again where to connect.
 #[derive(Clone)]
 pub(crate) struct Reconnect(mpsc::UnboundedSender<Command>);
@@ -292,6 +310,47 @@ impl Waiters {
             ack_timeout: settings.ack_timeout,
             sharded: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The waiters of a store that wakes them itself, with no connection of their own
+    /// (ZooKeeper: each refused attempt watches the child before its own, and the store
+    /// dispatches the watch's event through [`Waiters::dispatcher`]). A subscription is
+    /// confirmed at once: the watch is set by the attempt that follows it, so a change after
+    /// it is never missed.
+    #[cfg(feature = "zookeeper")]
+    pub(crate) fn start_local(rt: &tokio::runtime::Handle, stop: CancellationToken) -> Self {
+        let shared = Arc::new(Shared::default());
+        shared.epoch.store(1, Ordering::Release);
+        shared.connected.store(true, Ordering::Release);
+        let (tx, mut rx) = mpsc::unbounded_channel::<Command>();
+        rt.spawn(async move {
+            loop {
+                let command = tokio::select! {
+                    () = stop.cancelled() => break,
+                    command = rx.recv() => command,
+                };
+                match command {
+                    Some(Command::Subscribe(_, state, ack)) => {
+                        state.confirmed_on.store(1, Ordering::Release);
+                        let _ = ack.send(true);
+                    }
+                    Some(Command::Unsubscribe(_) | Command::Reconnect) => {}
+                    None => break,
+                }
+            }
+        });
+        Waiters {
+            shared,
+            commands: tx,
+            ack_timeout: Duration::from_secs(1),
+            sharded: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// What a store that wakes waiters itself calls (see [`Waiters::start_local`]).
+    #[cfg(feature = "zookeeper")]
+    pub(crate) fn dispatcher(&self) -> Dispatcher {
+        Dispatcher(self.shared.clone())
     }
 
     /// A handle that makes the subscriber move to a new connection (see [`Reconnect`]).

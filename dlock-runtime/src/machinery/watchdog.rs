@@ -225,13 +225,23 @@ pub(crate) enum Renewer {
     /// PostgreSQL: one statement per kind and chunk renews every hold in it.
     #[cfg(feature = "postgres")]
     Postgres(Arc<crate::store::postgres::store::PgStore>),
+    /// ZooKeeper: each hold's child checked in its session, all pipelined on the session.
+    #[cfg(feature = "zookeeper")]
+    Zookeeper(Arc<crate::store::zookeeper::store::ZkStore>),
 }
 
 async fn run(shared: Weak<Shared>, renewer: Renewer, url: String) {
     loop {
         let Some(s) = shared.upgrade() else { return };
         let now = Instant::now();
-        expire(&s, now);
+        let lost = expire(&s, now);
+        // A lease that ends only with its session (ZooKeeper) is ended by the holder itself.
+        #[cfg(feature = "zookeeper")]
+        if let (Renewer::Zookeeper(store), false) = (&renewer, lost.is_empty()) {
+            store.abandon(lost);
+        }
+        #[cfg(not(feature = "zookeeper"))]
+        let _ = lost;
         let (batch, next) = due_now(&s, now);
         if batch.is_empty() {
             // Waking at least every second lets the task notice that its client is gone.
@@ -260,6 +270,8 @@ async fn run(shared: Weak<Shared>, renewer: Renewer, url: String) {
                 Renewer::Redis { pool, sync } => renew(&mut pool.background(), sync, &batch).await,
                 #[cfg(feature = "postgres")]
                 Renewer::Postgres(store) => renew_postgres(store, &batch).await,
+                #[cfg(feature = "zookeeper")]
+                Renewer::Zookeeper(store) => renew_zookeeper(store, &batch).await,
             }
         };
         let results = tokio::time::timeout(outer, renewed)
@@ -282,15 +294,19 @@ async fn run(shared: Weak<Shared>, renewer: Renewer, url: String) {
 /// Marks lost every hold whose validity ran out before a renewal got through, with a warn
 /// event. `Hold::is_lost` already says so from that instant on; this tells the logs and stops
 /// renewing a lock somebody else may hold by now.
-fn expire(s: &Shared, now: Instant) {
+/// Returns the owner ids it marked lost.
+fn expire(s: &Shared, now: Instant) -> Vec<String> {
+    let mut lost = Vec::new();
     s.entries().retain(|_, e| {
         if e.active && now >= e.hold.valid_until() {
             e.hold
                 .mark_lost("the lease ran out before a renewal got through");
+            lost.push(e.hold.owner.clone());
             return false;
         }
         true
     });
+    lost
 }
 
 /// Holds due now, plus those due within a twelfth of their lease (they share this round trip
@@ -369,6 +385,42 @@ async fn renew_postgres(
             async move {
                 telemetry::renew_call();
                 let claims: Vec<&crate::store::redis::kinds::Claim> = holds.iter().map(|h| &h.claim).collect();
+                let call = link.renew(&*holds[0].kind, &claims);
+                let out = match tokio::time::timeout(call_bound(&holds), call).await {
+                    Ok(Ok(v)) => v.into_iter().map(outcome).collect(),
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, locks = holds.len(), "dlock watchdog renewal failed");
+                        vec![None; holds.len()]
+                    }
+                    Err(_) => vec![None; holds.len()],
+                };
+                (idx, out)
+            }
+        });
+    let mut results = vec![None; batch.len()];
+    for (idx, out) in futures_util::future::join_all(calls).await {
+        for (i, r) in idx.into_iter().zip(out) {
+            results[i] = r;
+        }
+    }
+    results
+}
+
+/// Renews `batch` on ZooKeeper: one check per hold, each bounded like a Redis renew call.
+#[cfg(feature = "zookeeper")]
+async fn renew_zookeeper(
+    store: &Arc<crate::store::zookeeper::store::ZkStore>,
+    batch: &[Arc<Hold>],
+) -> Vec<Option<bool>> {
+    let calls = chunks(batch, (0..batch.len()).collect())
+        .into_iter()
+        .map(|idx| {
+            let holds: Vec<Arc<Hold>> = idx.iter().map(|&i| batch[i].clone()).collect();
+            let link = crate::store::zookeeper::link::ZkLink::new(store.clone());
+            async move {
+                telemetry::renew_call();
+                let claims: Vec<&crate::store::redis::kinds::Claim> =
+                    holds.iter().map(|h| &h.claim).collect();
                 let call = link.renew(&*holds[0].kind, &claims);
                 let out = match tokio::time::timeout(call_bound(&holds), call).await {
                     Ok(Ok(v)) => v.into_iter().map(outcome).collect(),

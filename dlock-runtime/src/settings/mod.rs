@@ -133,6 +133,19 @@ pub(crate) struct Settings {
     /// Where the PostgreSQL store's LISTEN connection goes, when not to the target's URL (a
     /// transaction-mode pooler in front of the server forwards no notifications).
     pub(crate) postgres_listen_url: Option<String>,
+    /// The session timeout a ZooKeeper client asks for (a `zk://` target): the lease of every
+    /// hold it makes (see `store/zookeeper/mod.rs`).
+    pub(crate) zookeeper_session_timeout: Duration,
+}
+
+/// The session timeout a ZooKeeper client asks for unless the builder names another: the
+/// default lease of the other stores, so a crashed holder's lock frees in about the same time.
+pub(crate) const DEFAULT_ZOOKEEPER_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Whether `url` names a ZooKeeper ensemble (`zk://`).
+pub(crate) fn is_zookeeper_url(url: &str) -> bool {
+    url.split_once("://")
+        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("zk"))
 }
 
 /// The schema of a PostgreSQL store unless the builder names another.
@@ -168,7 +181,38 @@ impl Settings {
             sync: None,
             postgres_schema: DEFAULT_POSTGRES_SCHEMA.to_owned(),
             postgres_listen_url: None,
+            zookeeper_session_timeout: DEFAULT_ZOOKEEPER_SESSION_TIMEOUT,
         }
+    }
+
+    /// Refuses, for a ZooKeeper store, the settings it cannot honour, and a build without the
+    /// store.
+    fn validate_zookeeper(&self) -> Result<(), LockError> {
+        let bad = |reason: String| Err(LockError::invalid("", reason));
+        if !cfg!(feature = "zookeeper") {
+            return bad("a zk:// URL needs dlock's `zookeeper` cargo feature: `cargo add dlock-redis --features zookeeper` (features = [\"zookeeper\"] on the dlock-redis dependency)".into());
+        }
+        if self.sync.is_some() {
+            return bad("synced_replicas is a Redis setting (WAIT); ZooKeeper commits every write to a quorum before it answers".into());
+        }
+        if self.tls_root.is_some() {
+            return bad("tls_root_certificates: TLS to ZooKeeper is not offered yet (the ZooKeeper client's TLS needs another crypto provider than dlock's ring); use a zk:// URL on a trusted network".into());
+        }
+        if self.prefix.contains('\0') {
+            // A lock's node path writes NUL as `%00` (ZooKeeper refuses it in a name): that
+            // is unambiguous inside the name, whose `%` are escaped, but not in a prefix.
+            return bad(format!(
+                "key prefix {:?} contains NUL, which the ZooKeeper store cannot keep apart from `%00`",
+                self.prefix
+            ));
+        }
+        let t = self.zookeeper_session_timeout;
+        if t < Duration::from_millis(100) || t > Duration::from_secs(24 * 3600) {
+            return bad(format!(
+                "zookeeper_session_timeout {t:?} must be 100 ms to a day (the server also clamps it to 2 to 20 ticks)"
+            ));
+        }
+        Ok(())
     }
 
     /// Refuses, for a PostgreSQL store, the settings only Redis has, and a build without the
@@ -235,6 +279,7 @@ impl Settings {
                 return bad("a sentinel client needs the master's name".into());
             }
             Target::Single(url) if is_postgres_url(url) => self.validate_postgres()?,
+            Target::Single(url) if is_zookeeper_url(url) => self.validate_zookeeper()?,
             _ => {}
         }
         if self.handoff.limit > MAX_HANDOFFS {
@@ -351,10 +396,22 @@ impl std::fmt::Debug for Settings {
     }
 }
 
-// Only in a build without the `postgres` feature (`.ci/run` makes one for this crate).
-#[cfg(all(test, not(feature = "postgres")))]
+// Only in a build without the stores' features (`.ci/run` makes one for this crate).
+#[cfg(all(test, not(feature = "postgres"), not(feature = "zookeeper")))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zk_url_without_the_feature_names_the_package_and_the_feature() {
+        let settings = Settings::new(Target::Single("zk://127.0.0.1:2181/app".into()));
+        let e = settings.validate().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid argument: a zk:// URL needs dlock's `zookeeper` cargo feature: `cargo add \
+             dlock-redis --features zookeeper` (features = [\"zookeeper\"] on the dlock-redis \
+             dependency)"
+        );
+    }
 
     /// A Redis-only build refuses a PostgreSQL URL by naming the package and the feature to
     /// turn on. Runs in `.ci/run`'s build of this crate without features (with the feature,

@@ -12,7 +12,8 @@ const REDIS_SCHEMES: &[&str] = &[
     "valkey+unix",
 ];
 
-/// Why `url` is not a URL a Redis or PostgreSQL client takes, judged by its scheme alone
+/// Why `url` is not a URL a Redis, PostgreSQL or ZooKeeper client takes (the other stores
+/// only where one URL names the whole target, `postgres_too`), judged by its scheme alone
 /// (redis-rs would say only "Redis URL did not parse").
 pub(crate) fn scheme_problem(url: &str, postgres_too: bool) -> Option<String> {
     let takes = || {
@@ -20,6 +21,7 @@ pub(crate) fn scheme_problem(url: &str, postgres_too: bool) -> Option<String> {
         if postgres_too {
             list.push("postgres://".into());
             list.push("postgresql://".into());
+            list.push("zk://".into());
         }
         list.join(", ")
     };
@@ -32,7 +34,7 @@ pub(crate) fn scheme_problem(url: &str, postgres_too: bool) -> Option<String> {
     };
     let lower = scheme.to_ascii_lowercase();
     let known = REDIS_SCHEMES.contains(&lower.as_str())
-        || (postgres_too && (lower == "postgres" || lower == "postgresql"));
+        || (postgres_too && (lower == "postgres" || lower == "postgresql" || lower == "zk"));
     (!known).then(|| {
         format!(
             "the URL `{}` has the scheme `{scheme}`; dlock takes {}",

@@ -9,6 +9,8 @@ pub(crate) enum StoreError {
     Redis(redis::RedisError),
     #[cfg(feature = "postgres")]
     Postgres(crate::store::postgres::errors::PgError),
+    #[cfg(feature = "zookeeper")]
+    Zookeeper(crate::store::zookeeper::errors::ZkError),
 }
 
 impl StoreError {
@@ -18,6 +20,8 @@ impl StoreError {
             StoreError::Redis(e) => retry::is_link_error(e),
             #[cfg(feature = "postgres")]
             StoreError::Postgres(e) => e.is_link_error(),
+            #[cfg(feature = "zookeeper")]
+            StoreError::Zookeeper(e) => e.is_link_error(),
         }
     }
 
@@ -27,6 +31,8 @@ impl StoreError {
             StoreError::Redis(e) => retry::is_not_now(e),
             #[cfg(feature = "postgres")]
             StoreError::Postgres(e) => e.is_not_now(),
+            #[cfg(feature = "zookeeper")]
+            StoreError::Zookeeper(e) => e.is_not_now(),
         }
     }
 
@@ -42,6 +48,8 @@ impl StoreError {
             StoreError::Redis(e) => matches!(e.kind(), redis::ErrorKind::Server(_)),
             #[cfg(feature = "postgres")]
             StoreError::Postgres(e) => !e.is_link_error(),
+            #[cfg(feature = "zookeeper")]
+            StoreError::Zookeeper(e) => !e.is_link_error(),
         }
     }
 }
@@ -52,6 +60,8 @@ impl std::fmt::Display for StoreError {
             StoreError::Redis(e) => e.fmt(f),
             #[cfg(feature = "postgres")]
             StoreError::Postgres(e) => e.fmt(f),
+            #[cfg(feature = "zookeeper")]
+            StoreError::Zookeeper(e) => e.fmt(f),
         }
     }
 }

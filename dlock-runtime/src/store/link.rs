@@ -16,6 +16,8 @@ pub(crate) enum Link {
     Redis(Conn),
     #[cfg(feature = "postgres")]
     Postgres(crate::store::postgres::link::PgLink),
+    #[cfg(feature = "zookeeper")]
+    Zookeeper(crate::store::zookeeper::link::ZkLink),
 }
 
 /// What a release answered.
@@ -63,6 +65,10 @@ impl Link {
             #[cfg(feature = "postgres")]
             Link::Postgres(link) => (link.acquire(kind, claim, reentry, latch_ttl).await)
                 .map_err(StoreError::Postgres)?,
+            #[cfg(feature = "zookeeper")]
+            Link::Zookeeper(link) => {
+                (link.acquire(kind, claim, reentry).await).map_err(StoreError::Zookeeper)?
+            }
         };
         Ok(kind.decode_acquire(reply))
     }
@@ -87,6 +93,12 @@ impl Link {
                     .map_err(StoreError::Postgres)?;
                 Ok(Released { left, listeners })
             }
+            #[cfg(feature = "zookeeper")]
+            Link::Zookeeper(link) => {
+                let (left, listeners) =
+                    (link.release(kind, claim).await).map_err(StoreError::Zookeeper)?;
+                Ok(Released { left, listeners })
+            }
         }
     }
 
@@ -107,6 +119,11 @@ impl Link {
             Link::Postgres(link) => (link.undo_reentry(kind, claim, marker).await)
                 .map(drop)
                 .map_err(StoreError::Postgres),
+            #[cfg(feature = "zookeeper")]
+            Link::Zookeeper(link) => {
+                link.undo_reentry(claim, marker);
+                Ok(())
+            }
         }
     }
 
@@ -124,6 +141,10 @@ impl Link {
             #[cfg(feature = "postgres")]
             Link::Postgres(link) => {
                 (link.force_unlock(kind, keys).await).map_err(StoreError::Postgres)
+            }
+            #[cfg(feature = "zookeeper")]
+            Link::Zookeeper(link) => {
+                (link.force_unlock(kind, keys).await).map_err(StoreError::Zookeeper)
             }
         }
     }
@@ -152,6 +173,8 @@ impl Link {
             }
             #[cfg(feature = "postgres")]
             Link::Postgres(link) => (link.exists(kind, key).await).map_err(StoreError::Postgres),
+            #[cfg(feature = "zookeeper")]
+            Link::Zookeeper(link) => (link.exists(kind, key).await).map_err(StoreError::Zookeeper),
         }
     }
 
@@ -171,6 +194,10 @@ impl Link {
             Link::Postgres(link) => {
                 (link.available(semaphore.permits, &keys.key).await).map_err(StoreError::Postgres)
             }
+            #[cfg(feature = "zookeeper")]
+            Link::Zookeeper(_) => Err(StoreError::Zookeeper(
+                crate::store::zookeeper::errors::ZkError::not_offered("semaphore"),
+            )),
         }
     }
 
@@ -184,6 +211,8 @@ impl Link {
                 .map_err(StoreError::Redis),
             #[cfg(feature = "postgres")]
             Link::Postgres(link) => (link.pttl(kind, key).await).map_err(StoreError::Postgres),
+            #[cfg(feature = "zookeeper")]
+            Link::Zookeeper(link) => (link.pttl(kind, key).await).map_err(StoreError::Zookeeper),
         }
     }
 
@@ -202,6 +231,13 @@ impl Link {
                 .await
                 .map(Some)
                 .map_err(StoreError::Postgres),
+            #[cfg(feature = "zookeeper")]
+            Link::Zookeeper(_) => Err(StoreError::Zookeeper(
+                crate::store::zookeeper::errors::ZkError::refused(
+                    "listing the stored locks",
+                    "the ZooKeeper store does not answer the inspector yet",
+                ),
+            )),
         }
     }
 }

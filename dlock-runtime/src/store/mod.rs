@@ -12,6 +12,8 @@
 //!   them.
 //! - PostgreSQL (`postgres/`, feature `postgres`): lease rows and SQL functions in a schema the
 //!   user names, releases announced with NOTIFY.
+//! - ZooKeeper (`zookeeper/`, feature `zookeeper`): Curator's recipes, ephemeral sequential
+//!   children in line under a lock node, the session as the lease, a watch on the child before.
 //!
 //! Waiting for a release (pub/sub or LISTEN) plugs into `machinery/waiters.rs`.
 
@@ -21,3 +23,5 @@ pub(crate) mod link;
 pub(crate) mod postgres;
 pub(crate) mod redis;
 pub(crate) mod stored;
+#[cfg(feature = "zookeeper")]
+pub(crate) mod zookeeper;

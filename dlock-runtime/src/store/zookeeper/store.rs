@@ -1,0 +1,238 @@
+//! `ZkStore`: this client's ZooKeeper session (a new one when the server expired it), and the
+//! children its owners made.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::{Client, SessionState};
+
+use super::errors::ZkError;
+use super::url::ZkUrl;
+
+/// What the waiters and the watchdog hear from the store.
+pub(crate) struct ZkHooks {
+    /// A watched child changed or went: wake the waiter of this channel to look again.
+    pub(crate) dispatch: Box<dyn Fn(&str) + Send + Sync>,
+    /// The session ended and a new one replaced it: every child of the old one is gone, so
+    /// every waiter must ask again and every holder learn it lost its lock.
+    pub(crate) session_replaced: Box<dyn Fn() + Send + Sync>,
+}
+
+/// One owner's child of a lock.
+#[derive(Debug)]
+pub(crate) struct Owned {
+    /// The child's whole path.
+    pub(crate) path: String,
+    /// Its creation zxid: the hold's fencing token.
+    pub(crate) czxid: i64,
+    /// Holds of its owner (0 while it waits, re-entries counted here).
+    pub(crate) count: i64,
+    /// Re-entries in flight that may be undone once (see `Link::undo_reentry`).
+    pub(crate) markers: Vec<String>,
+    /// The session that made it: an older session's child is gone.
+    pub(crate) session: i64,
+}
+
+/// Bound on reopening a session after the server expired the last one.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+pub(crate) struct ZkStore {
+    url: ZkUrl,
+    asked_timeout: Duration,
+    connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    client: RwLock<Client>,
+    /// This client's owners that have a child somewhere, by owner id.
+    pub(crate) owners: Mutex<HashMap<String, Owned>>,
+    hooks: OnceLock<ZkHooks>,
+    rt: Handle,
+}
+
+impl ZkStore {
+    /// Opens a session (on the client's own runtime, `rt`, which drives it from then on) and
+    /// starts following it: a session the server expired is replaced, until `stop`.
+    pub(crate) async fn connect(
+        url: ZkUrl,
+        session_timeout: Duration,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+        rt: &Handle,
+        stop: CancellationToken,
+    ) -> Result<Arc<Self>, ZkError> {
+        let client = open(&url, session_timeout, connect_timeout, rt).await?;
+        let store = Arc::new(ZkStore {
+            url,
+            asked_timeout: session_timeout,
+            connect_timeout,
+            response_timeout,
+            client: RwLock::new(client),
+            owners: Mutex::default(),
+            hooks: OnceLock::new(),
+            rt: rt.clone(),
+        });
+        rt.spawn(follow_session(Arc::downgrade(&store), stop));
+        Ok(store)
+    }
+
+    pub(crate) fn set_hooks(&self, hooks: ZkHooks) {
+        let _ = self.hooks.set(hooks);
+    }
+
+    /// The session's client (clones share it).
+    pub(crate) fn client(&self) -> Client {
+        self.client
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The session timeout the ensemble granted.
+    pub(crate) fn session_timeout(&self) -> Duration {
+        self.client().session_timeout()
+    }
+
+    /// Every hold's lease on this store: two thirds of the granted session timeout. The server
+    /// expires a session no earlier than a whole timeout after the last request it received,
+    /// which came at or after its send; a holder that heard nothing for two thirds of that reads
+    /// lost with a third to spare (the server's one-tick rounding, scheduling, clock rates).
+    pub(crate) fn lease(&self) -> Duration {
+        self.session_timeout() * 2 / 3
+    }
+
+    pub(crate) fn rt(&self) -> &Handle {
+        &self.rt
+    }
+
+    /// Wakes the waiter of `channel` (a watched child changed or went).
+    pub(crate) fn dispatch(&self, channel: &str) {
+        if let Some(h) = self.hooks.get() {
+            (h.dispatch)(channel);
+        }
+    }
+
+    /// Deletes the children of `owners`, holds the machinery read lost (their validity ran
+    /// out before a renewal got through: a paused or cut-off holder). Their session may well
+    /// be alive, and then the child would keep the lock held by an owner that believes it is
+    /// not: deleted, the next in line takes it, as a Redis lease ends. Retried through passing
+    /// faults for as long as the session that made them lives (a session that ends takes them
+    /// with it).
+    pub(crate) fn abandon(self: &Arc<Self>, owners: Vec<String>) {
+        let store = Arc::downgrade(self);
+        self.rt.spawn(async move {
+            for owner in owners {
+                let mut pause = Duration::from_millis(50);
+                loop {
+                    let Some(s) = store.upgrade() else { return };
+                    let client = s.client();
+                    let child = match s.owners().get(&owner) {
+                        Some(o) if o.session == client.session_id().0 => o.path.clone(),
+                        _ => break,
+                    };
+                    let deleted =
+                        tokio::time::timeout(s.response_timeout, client.delete(&child, None))
+                            .await;
+                    match deleted {
+                        Ok(Ok(()) | Err(zookeeper_client::Error::NoNode)) => {
+                            s.owners().remove(&owner);
+                            break;
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, child, "dlock: deleting a lost hold's child failed; trying again");
+                        }
+                        Err(_) => {}
+                    }
+                    drop(s);
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(MAX_BACKOFF);
+                }
+            }
+        });
+    }
+
+    /// The owners map; poisoning is ignored (its entries stay consistent per operation).
+    pub(crate) fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, Owned>> {
+        self.owners.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Opens a session: the client's session task runs on `rt`, the runtime it is spawned from.
+async fn open(
+    url: &ZkUrl,
+    session_timeout: Duration,
+    connect_timeout: Duration,
+    rt: &Handle,
+) -> Result<Client, ZkError> {
+    let (connect_string, digest) = (url.connect_string.clone(), url.digest.clone());
+    let doing = format!("opening a session to {}", url.connect_string);
+    let opened = rt.spawn(async move {
+        let mut connector = Client::connector()
+            .with_session_timeout(session_timeout)
+            .with_connection_timeout(connect_timeout.min(session_timeout))
+            .with_fail_eagerly();
+        if let Some(d) = digest {
+            connector = connector.with_auth("digest", d.as_bytes());
+        }
+        tokio::time::timeout(connect_timeout, connector.connect(&connect_string)).await
+    });
+    match opened.await {
+        Ok(Ok(Ok(client))) => Ok(client),
+        Ok(Ok(Err(e))) => Err(ZkError::client(doing, e)),
+        Ok(Err(_)) => Err(ZkError::timeout(doing)),
+        Err(e) => Err(ZkError::refused(
+            doing,
+            format!("the client's thread failed: {e}"),
+        )),
+    }
+}
+
+/// Follows the session: when the server expires it (or refuses its authentication), opens a
+/// new one and tells the hooks, until `stop` or the store is gone.
+async fn follow_session(store: Weak<ZkStore>, stop: CancellationToken) {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        let Some(mut watcher) = store.upgrade().map(|s| s.client().state_watcher()) else {
+            return;
+        };
+        loop {
+            let state = tokio::select! {
+                () = stop.cancelled() => return,
+                state = watcher.changed() => state,
+            };
+            if state.is_terminated() {
+                tracing::warn!(
+                    ?state,
+                    "dlock: the ZooKeeper session ended; opening a new one"
+                );
+                break;
+            }
+            if state == SessionState::Disconnected {
+                tracing::debug!("dlock: the ZooKeeper connection dropped; the client reconnects");
+            }
+        }
+        loop {
+            let Some(s) = store.upgrade() else { return };
+            match open(&s.url, s.asked_timeout, s.connect_timeout, &s.rt).await {
+                Ok(client) => {
+                    *s.client.write().unwrap_or_else(|e| e.into_inner()) = client;
+                    pause = Duration::from_millis(50);
+                    if let Some(h) = s.hooks.get() {
+                        (h.session_replaced)();
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "dlock: cannot open a new ZooKeeper session yet");
+                    drop(s);
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(pause) => {}
+                    }
+                    pause = (pause * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+}
