@@ -95,8 +95,8 @@
 //!   crashed or cut-off holder's child goes when the ensemble expires the session
 //!   ([`LockClientBuilder::zookeeper_session_timeout`](crate::LockClientBuilder::zookeeper_session_timeout),
 //!   default 30 s, clamped by the server to 2 to 20 of its ticks). A lock's `ttl` is not used
-//!   on this store; a hard `lease` (no watchdog) lasts two thirds of the session timeout, then
-//!   reads lost and its child is deleted.
+//!   on this store, and a hard `lease` is refused at the acquire (a child cannot outlive its
+//!   session, nor be kept for a fixed time past it).
 //! * **The lost signal comes first.** The server expires a session no earlier than one
 //!   session timeout after the last request it received, and that request arrived after it was
 //!   sent. A hold's validity is two thirds of the granted timeout past the send of its last

@@ -256,6 +256,16 @@ async fn the_zookeeper_store_refuses_the_kinds_it_does_not_offer_yet() {
                 "{text}"
             );
         }
+        // A hard lease cannot be kept where the lease is the session.
+        let hard = (client.lock("stores:zk:hard"))
+            .lease(Duration::from_secs(5))
+            .try_acquire()
+            .await
+            .expect_err("a hard lease on ZooKeeper");
+        assert!(
+            hard.to_string().contains("with a hard lease") && !hard.is_transient(),
+            "{hard}"
+        );
         // The plain lock of the same client still works after the refusals.
         let g = client.lock("stores:zk:rw").acquire().await.expect("plain");
         g.release().await.expect("release");

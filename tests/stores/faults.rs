@@ -157,3 +157,35 @@ async fn an_acquire_the_store_does_not_answer_fails_naming_that_store() {
         assert!(e.is_transient(), "{}: {text}", store.name());
     }
 }
+
+/// A hold kept for several of its leases stays held and keeps others out: the watchdog renews
+/// it in time on every store. On ZooKeeper the lease is two thirds of the session (2 s here),
+/// whatever TTL is asked: a 30 s TTL must not schedule the first renewal at 10 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_kept_for_several_leases_stays_held() {
+    for store in stores() {
+        let (a, b) = (store.client().await, store.client().await);
+        let ttl = if store.name() == "zookeeper" {
+            Duration::from_secs(30)
+        } else {
+            Duration::from_secs(2)
+        };
+        let guard = (a.lock("stores:kept"))
+            .ttl(ttl)
+            .acquire()
+            .await
+            .expect("acquire");
+        // Two and a half leases of 2 s: time is the subject here.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!guard.is_lost(), "{}: lost while renewed", store.name());
+        let other = b.lock("stores:kept").try_acquire().await.expect("try");
+        assert!(other.is_none(), "{}: another owner got in", store.name());
+        guard.release().await.expect("release");
+        let again = b.lock("stores:kept").try_acquire().await.expect("try");
+        again
+            .expect("free after the release")
+            .release()
+            .await
+            .expect("release");
+    }
+}

@@ -248,7 +248,9 @@ impl Acquire<'_> {
                         0
                     } else {
                         give_up.forget();
-                        let first = FirstRenewal::at(granted_from + lease / 3);
+                        // The hold's own lease: the store's, where it is not the TTL asked
+                        // (ZooKeeper's session).
+                        let first = FirstRenewal::at(granted_from + hold.lease / 3);
                         return Ok(self.holding(hold, registration, pass, token, first, started));
                     }
                 }
@@ -471,7 +473,7 @@ impl Acquire<'_> {
         hold.token.store(token, Ordering::Release);
         hold.local_holds.store(1, Ordering::Release);
         hold.begin_holding(token);
-        registration.activate(FirstRenewal::at(sent_at + lease / 3));
+        registration.activate(FirstRenewal::at(sent_at + hold.lease / 3));
         Ok(hold)
     }
 

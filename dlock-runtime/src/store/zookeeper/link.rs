@@ -67,16 +67,37 @@ impl ZkLink {
         let lock_name = offered(kind)?;
         let client = self.store.client();
         let session = client.session_id().0;
+        if claim.hard {
+            return Err(ZkError::refused(
+                format!("taking {} with a hard lease", claim.name),
+                "on ZooKeeper the lease is the client's session, renewed while it lives: a hard `lease` cannot be kept; use `ttl` (not used here either) or none",
+            ));
+        }
         if let Some(marker) = reentry {
-            let mut owners = self.store.owners();
-            return Ok(match owners.get_mut(&claim.owner) {
-                Some(o) if o.count > 0 && o.session == session => {
-                    o.count += 1;
-                    o.markers.push(marker.to_owned());
-                    (o.count, 0)
+            // One round trip all the same: the machinery counts a re-entry's answer as a
+            // renewal, and only the ensemble's answer proves the session alive.
+            let child = match self.store.owners().get(&claim.owner) {
+                Some(o) if o.count > 0 && o.session == session => o.path.clone(),
+                _ => return Ok((0, -1)),
+            };
+            let checked = self
+                .bounded(|| format!("checking {child}"), client.check_stat(&child))
+                .await?;
+            return match checked {
+                Ok(Some(stat)) if stat.ephemeral_owner == session => {
+                    let mut owners = self.store.owners();
+                    Ok(match owners.get_mut(&claim.owner) {
+                        Some(o) if o.count > 0 => {
+                            o.count += 1;
+                            o.markers.push(marker.to_owned());
+                            (o.count, 0)
+                        }
+                        _ => (0, -1),
+                    })
                 }
-                _ => (0, -1),
-            });
+                Ok(_) => Ok((0, -1)),
+                Err(e) => Err(ZkError::client(format!("checking {child}"), e)),
+            };
         }
         let path = lock_path(&claim.keys.key);
         let known = {
@@ -134,6 +155,19 @@ impl ZkLink {
                 .await?;
             match watched {
                 Ok((_, _, watcher)) => {
+                    // One watch task per owner and child watched: a waiter that looks again
+                    // (after its lease, or a try-lock polled) does not pile them up.
+                    let first_watch = match self.store.owners().get_mut(&claim.owner) {
+                        Some(o) if o.watched.as_deref() == Some(before.as_str()) => false,
+                        Some(o) => {
+                            o.watched = Some(before.clone());
+                            true
+                        }
+                        None => false,
+                    };
+                    if !first_watch {
+                        return Ok((0, -1));
+                    }
                     let (store, channel) = (Arc::downgrade(&self.store), kind.wait_channel(claim));
                     self.store.rt().spawn(async move {
                         // Fires when the child before ours changes or goes, or the session ends.
@@ -181,6 +215,7 @@ impl ZkLink {
                             count: 0,
                             markers: Vec::new(),
                             session: client.session_id().0,
+                            watched: None,
                         },
                     );
                     return Ok((child, stat.czxid));
@@ -230,6 +265,8 @@ impl ZkLink {
             match owners.get_mut(&claim.owner) {
                 Some(o) if o.count > 1 => {
                     o.count -= 1;
+                    // The re-entry this release ends can no longer be undone.
+                    o.markers.pop();
                     return Ok((o.count, None));
                 }
                 Some(o) => Some((o.count, o.path.clone(), o.session)),

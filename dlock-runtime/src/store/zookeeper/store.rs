@@ -34,6 +34,8 @@ pub(crate) struct Owned {
     pub(crate) markers: Vec<String>,
     /// The session that made it: an older session's child is gone.
     pub(crate) session: i64,
+    /// The child this owner's waiter watches (one watch task per child it waits behind).
+    pub(crate) watched: Option<String>,
 }
 
 /// Bound on reopening a session after the server expired the last one.
@@ -139,6 +141,11 @@ impl ZkStore {
                             s.owners().remove(&owner);
                             break;
                         }
+                        // A refusal (no rights) will not change: the session's end frees it.
+                        Ok(Err(e)) if !super::errors::ZkError::client("", e.clone()).is_link_error() => {
+                            tracing::warn!(error = %e, child, "dlock: cannot delete a lost hold's child; it goes with the session");
+                            break;
+                        }
                         Ok(Err(e)) => {
                             tracing::debug!(error = %e, child, "dlock: deleting a lost hold's child failed; trying again");
                         }
@@ -196,7 +203,10 @@ async fn follow_session(store: Weak<ZkStore>, stop: CancellationToken) {
         let Some(mut watcher) = store.upgrade().map(|s| s.client().state_watcher()) else {
             return;
         };
-        loop {
+        // A session that ended before it was watched says so at once: `changed` would wait
+        // for a change that never comes.
+        let ended = watcher.peek_state().is_terminated();
+        while !ended {
             let state = tokio::select! {
                 () = stop.cancelled() => return,
                 state = watcher.changed() => state,
