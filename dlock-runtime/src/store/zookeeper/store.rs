@@ -205,21 +205,25 @@ async fn follow_session(store: Weak<ZkStore>, stop: CancellationToken) {
         };
         // A session that ended before it was watched says so at once: `changed` would wait
         // for a change that never comes.
-        let ended = watcher.peek_state().is_terminated();
-        while !ended {
-            let state = tokio::select! {
-                () = stop.cancelled() => return,
-                state = watcher.changed() => state,
-            };
-            if state.is_terminated() {
-                tracing::warn!(
-                    ?state,
-                    "dlock: the ZooKeeper session ended; opening a new one"
-                );
-                break;
-            }
-            if state == SessionState::Disconnected {
-                tracing::debug!("dlock: the ZooKeeper connection dropped; the client reconnects");
+        let ended_already = watcher.peek_state().is_terminated();
+        if !ended_already {
+            loop {
+                let state = tokio::select! {
+                    () = stop.cancelled() => return,
+                    state = watcher.changed() => state,
+                };
+                if state.is_terminated() {
+                    tracing::warn!(
+                        ?state,
+                        "dlock: the ZooKeeper session ended; opening a new one"
+                    );
+                    break;
+                }
+                if state == SessionState::Disconnected {
+                    tracing::debug!(
+                        "dlock: the ZooKeeper connection dropped; the client reconnects"
+                    );
+                }
             }
         }
         loop {
