@@ -15,7 +15,7 @@ const NOT_NOW: [&str; 8] = [
 ];
 
 /// SQLSTATEs that also end the connection (the server closes it after sending them).
-const LINK_GONE: [&str; 2] = ["57P01", "57P02"];
+pub(super) const LINK_GONE: [&str; 2] = ["57P01", "57P02"];
 
 /// The SQLSTATE dlock's semaphore functions raise when the semaphore is in use with another
 /// permit count (the message is `DLOCK_PERMITS <stored count>`, as the Redis scripts say it).

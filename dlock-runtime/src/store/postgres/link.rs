@@ -158,7 +158,11 @@ impl PgLink {
                     return Err(PgError::timeout(what(), timeout));
                 }
                 Ok(Err(e)) => {
-                    let closed = e.is_closed();
+                    // Closed, or the server's goodbye on it (`pg_terminate_backend`, a shutdown:
+                    // SQLSTATE 57P01/57P02 read as the reply of the next request sent there).
+                    let closed = e.is_closed()
+                        || e.code()
+                            .is_some_and(|c| super::errors::LINK_GONE.contains(&c.code()));
                     let e = PgError::postgres(what(), e);
                     if e.is_link_error() {
                         self.inner.discard(self.slot, &client);
