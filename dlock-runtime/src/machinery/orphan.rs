@@ -64,6 +64,7 @@ impl Drop for Orphan {
         let mut fallback = self.shared.background_link();
         let (kind, claim) = (self.kind.clone(), self.claim.clone());
         let latch_ttl = self.shared.latch_ttl;
+        let shared = self.shared.clone();
         // The longest the grant being undone can live: the undo keeps trying that long.
         let horizon = claim.lease.saturating_add(Duration::from_secs(2));
         // On the client's thread, so a future dropped anywhere (a plain thread, a runtime
@@ -100,7 +101,10 @@ impl Drop for Orphan {
             let key = &claim.keys.key;
             match result {
                 Ok(()) => tracing::debug!(%key, "dlock: cleaned up after a cancelled acquire"),
-                Err(e) => tracing::warn!(%key, error = %e, "dlock: clean-up of a cancelled acquire failed; a possible hold expires with its TTL"),
+                Err(e) => {
+                    tracing::warn!(%key, error = %e, "dlock: clean-up of a cancelled acquire failed; a possible hold expires with its TTL");
+                    shared.store_gave_up(&claim.owner);
+                }
             }
         });
     }

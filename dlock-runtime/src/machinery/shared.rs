@@ -614,6 +614,19 @@ impl Shared {
         }
     }
 
+    /// A release or a clean-up of `owner` gave up on passing faults. Where a lease ends on its
+    /// own nothing is left to do; on ZooKeeper the owner's child lives as long as its session
+    /// (a quorum lost for a while expires no session), so it is deleted in the background for
+    /// as long as that session lives (`ZkStore::abandon`).
+    pub(crate) fn store_gave_up(&self, owner: &str) {
+        let _ = owner;
+        match &self.backing {
+            #[cfg(feature = "zookeeper")]
+            Backing::Zookeeper(store) => store.abandon(vec![owner.to_owned()]),
+            _ => {}
+        }
+    }
+
     /// Turns a redis-rs error into a `LockError` naming the lock and the operation.
     /// Waits for this client's written releases of `key` to be answered (see `written.rs`), at
     /// most the response timeout: a release that the store does not answer (it is down) goes

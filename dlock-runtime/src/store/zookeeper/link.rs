@@ -113,14 +113,56 @@ impl ZkLink {
             }
         };
         let (mut mine, mut czxid) = match known {
-            Some(k) => k,
+            Some((child, czxid)) if !child.is_empty() => (child, czxid),
+            // A create of this owner whose reply never came: its child may be there.
+            Some(_) => self.adopt(&client, &path, claim, lock_name).await?,
             None => self.create(&client, &path, claim, lock_name).await?,
         };
+        match self
+            .stand_in_line(
+                kind,
+                claim,
+                &client,
+                &path,
+                lock_name,
+                (&mut mine, &mut czxid),
+            )
+            .await
+        {
+            Err(e) if !e.is_link_error() => {
+                // Refused after this owner's child was made: take the child back now, or
+                // nothing would (the machinery reads a refusal as "nothing ran").
+                self.forget_child(&client, claim).await;
+                Err(e)
+            }
+            other => other,
+        }
+    }
+
+    /// Deletes `claim.owner`'s recorded child, best effort, and forgets it.
+    async fn forget_child(&self, client: &Client, claim: &Claim) {
+        let child = self.store.owners().remove(&claim.owner).map(|o| o.path);
+        if let Some(child) = child.filter(|c| !c.is_empty()) {
+            let _ = self.bounded(String::new, client.delete(&child, None)).await;
+        }
+    }
+
+    /// The rest of an acquire once `claim.owner` has its child `mine` (creation zxid `czxid`):
+    /// held if first in line, else the child before it watched.
+    async fn stand_in_line(
+        &self,
+        kind: &dyn LockKind,
+        claim: &Claim,
+        client: &Client,
+        path: &str,
+        lock_name: &str,
+        (mine, czxid): (&mut String, &mut i64),
+    ) -> Result<(i64, i64), ZkError> {
         for _ in 0..LOOKS {
             let listed = self
                 .bounded(
                     || format!("listing the children of {path}"),
-                    client.list_children(&path),
+                    client.list_children(path),
                 )
                 .await?;
             let children = match listed {
@@ -137,14 +179,14 @@ impl ZkLink {
             let Some(at) = line.iter().position(|(_, c)| c.as_str() == name) else {
                 // Our child is gone (force-unlocked while we waited): stand in line again.
                 self.store.owners().remove(&claim.owner);
-                (mine, czxid) = self.create(&client, &path, claim, lock_name).await?;
+                (*mine, *czxid) = self.create(client, path, claim, lock_name).await?;
                 continue;
             };
             if at == 0 {
                 if let Some(o) = self.store.owners().get_mut(&claim.owner) {
                     o.count = 1;
                 }
-                return Ok((1, czxid));
+                return Ok((1, *czxid));
             }
             let before = format!("{path}/{}", line[at - 1].1);
             let watched = self
@@ -187,7 +229,11 @@ impl ZkLink {
     }
 
     /// Creates `claim.owner`'s child of the lock at `path` (its parent as a container node
-    /// when missing), records it, and returns its path and creation zxid.
+    /// when missing), records it, and returns its path and creation zxid. Curator's protected
+    /// mode: the owner is recorded as "may have a child" before the create is sent, so a create
+    /// whose reply never came (a dropped connection, the response timeout, a cancelled future)
+    /// is found again by its protected name by the owner's next attempt ([`ZkLink::adopt`]),
+    /// its release, or its give-up, instead of leaving a second child in line.
     async fn create(
         &self,
         client: &Client,
@@ -195,7 +241,21 @@ impl ZkLink {
         claim: &Claim,
         lock_name: &str,
     ) -> Result<(String, i64), ZkError> {
-        let prefix = format!("{path}/{}", child_prefix(&claim.owner, lock_name));
+        let protected = child_prefix(&claim.owner, lock_name);
+        let prefix = format!("{path}/{protected}");
+        self.store.owners().insert(
+            claim.owner.clone(),
+            Owned {
+                path: String::new(),
+                lock: path.to_owned(),
+                protected: protected.clone(),
+                czxid: 0,
+                count: 0,
+                markers: Vec::new(),
+                session: client.session_id().0,
+                watched: None,
+            },
+        );
         for _ in 0..2 {
             let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
             let created = self
@@ -207,17 +267,10 @@ impl ZkLink {
             match created {
                 Ok((stat, seq)) => {
                     let child = format!("{prefix}{seq}");
-                    self.store.owners().insert(
-                        claim.owner.clone(),
-                        Owned {
-                            path: child.clone(),
-                            czxid: stat.czxid,
-                            count: 0,
-                            markers: Vec::new(),
-                            session: client.session_id().0,
-                            watched: None,
-                        },
-                    );
+                    if let Some(o) = self.store.owners().get_mut(&claim.owner) {
+                        o.path = child.clone();
+                        o.czxid = stat.czxid;
+                    }
                     return Ok((child, stat.czxid));
                 }
                 Err(Error::NoNode) => {
@@ -231,21 +284,71 @@ impl ZkLink {
                     match made {
                         Ok(_) | Err(Error::NodeExists) => {}
                         Err(Error::NoNode) => {
+                            self.store.owners().remove(&claim.owner);
                             return Err(ZkError::refused(
                                 format!("creating {path}"),
                                 "the URL's chroot does not exist: create it first",
-                            ))
+                            ));
                         }
                         Err(e) => return Err(ZkError::client(format!("creating {path}"), e)),
                     }
                 }
-                Err(e) => return Err(ZkError::client(format!("creating a child of {path}"), e)),
+                Err(e) => {
+                    let e = ZkError::client(format!("creating a child of {path}"), e);
+                    if !e.is_link_error() {
+                        // The server refused it: no child was made.
+                        self.store.owners().remove(&claim.owner);
+                    }
+                    return Err(e);
+                }
             }
         }
         Err(ZkError::refused(
             format!("creating a child of {path}"),
             "its parent went away twice while it was created",
         ))
+    }
+
+    /// The child of an owner whose create's reply never came, found by its protected name
+    /// and recorded; or a new one, if that create never ran.
+    async fn adopt(
+        &self,
+        client: &Client,
+        path: &str,
+        claim: &Claim,
+        lock_name: &str,
+    ) -> Result<(String, i64), ZkError> {
+        let protected = child_prefix(&claim.owner, lock_name);
+        let listed = self
+            .bounded(
+                || format!("listing the children of {path}"),
+                client.list_children(path),
+            )
+            .await?;
+        let found = match listed {
+            Ok(children) => children.into_iter().find(|c| c.starts_with(&protected)),
+            Err(Error::NoNode) => None,
+            Err(e) => return Err(ZkError::client(format!("listing {path}"), e)),
+        };
+        let Some(found) = found else {
+            return self.create(client, path, claim, lock_name).await;
+        };
+        let child = format!("{path}/{found}");
+        let checked = self
+            .bounded(|| format!("checking {child}"), client.check_stat(&child))
+            .await?;
+        match checked {
+            Ok(Some(stat)) if stat.ephemeral_owner == client.session_id().0 => {
+                if let Some(o) = self.store.owners().get_mut(&claim.owner) {
+                    o.path = child.clone();
+                    o.czxid = stat.czxid;
+                }
+                Ok((child, stat.czxid))
+            }
+            // Gone meanwhile, or another session's (it ends with it): stand in line anew.
+            Ok(_) => self.create(client, path, claim, lock_name).await,
+            Err(e) => Err(ZkError::client(format!("checking {child}"), e)),
+        }
     }
 
     /// Gives back one hold of `claim.owner`: `(holds left, listeners)`, `(-1, None)` when it
@@ -279,7 +382,11 @@ impl ZkLink {
         };
         // A child of an ended session went with it: nothing was held any more.
         let mut held = count == 1 && made_in == session;
-        if made_in == session {
+        if made_in == session && child.is_empty() {
+            // Its create was never answered: its child, if made, is found by its name.
+            self.delete_unrecorded(&client, claim, lock_name).await?;
+            held = false;
+        } else if made_in == session {
             let deleted = self
                 .bounded(|| format!("deleting {child}"), client.delete(&child, None))
                 .await?;

@@ -24,8 +24,13 @@ pub(crate) struct ZkHooks {
 /// One owner's child of a lock.
 #[derive(Debug)]
 pub(crate) struct Owned {
-    /// The child's whole path.
+    /// The child's whole path; empty while its create is unanswered (it may exist: found by
+    /// `protected` under `lock`).
     pub(crate) path: String,
+    /// The lock's node.
+    pub(crate) lock: String,
+    /// The child's protected name prefix (`_c_<uuid>-lock-`).
+    pub(crate) protected: String,
     /// Its creation zxid: the hold's fencing token.
     pub(crate) czxid: i64,
     /// Holds of its owner (0 while it waits, re-entries counted here).
@@ -129,25 +134,31 @@ impl ZkStore {
                 loop {
                     let Some(s) = store.upgrade() else { return };
                     let client = s.client();
-                    let child = match s.owners().get(&owner) {
-                        Some(o) if o.session == client.session_id().0 => o.path.clone(),
+                    let (child, lock, protected) = match s.owners().get(&owner) {
+                        Some(o) if o.session == client.session_id().0 => {
+                            (o.path.clone(), o.lock.clone(), o.protected.clone())
+                        }
                         _ => break,
                     };
-                    let deleted =
-                        tokio::time::timeout(s.response_timeout, client.delete(&child, None))
-                            .await;
+                    let deleted = tokio::time::timeout(
+                        s.response_timeout,
+                        delete_child(&client, &child, &lock, &protected),
+                    )
+                    .await;
                     match deleted {
-                        Ok(Ok(()) | Err(zookeeper_client::Error::NoNode)) => {
+                        Ok(Ok(())) => {
                             s.owners().remove(&owner);
                             break;
                         }
                         // A refusal (no rights) will not change: the session's end frees it.
-                        Ok(Err(e)) if !super::errors::ZkError::client("", e.clone()).is_link_error() => {
-                            tracing::warn!(error = %e, child, "dlock: cannot delete a lost hold's child; it goes with the session");
+                        Ok(Err(e))
+                            if !super::errors::ZkError::client("", e.clone()).is_link_error() =>
+                        {
+                            tracing::warn!(error = %e, lock, "dlock: cannot delete a lost hold's child; it goes with the session");
                             break;
                         }
                         Ok(Err(e)) => {
-                            tracing::debug!(error = %e, child, "dlock: deleting a lost hold's child failed; trying again");
+                            tracing::debug!(error = %e, lock, "dlock: deleting a lost hold's child failed; trying again");
                         }
                         Err(_) => {}
                     }
@@ -163,6 +174,36 @@ impl ZkStore {
     pub(crate) fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, Owned>> {
         self.owners.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Deletes the child `child` (gone already counts as done), or, when its create was never
+/// answered (`child` empty), every child of `lock` with the `protected` name prefix.
+async fn delete_child(
+    client: &Client,
+    child: &str,
+    lock: &str,
+    protected: &str,
+) -> Result<(), zookeeper_client::Error> {
+    let children = if child.is_empty() {
+        match client.list_children(lock).await {
+            Ok(c) => c
+                .into_iter()
+                .filter(|c| c.starts_with(protected))
+                .map(|c| format!("{lock}/{c}"))
+                .collect(),
+            Err(zookeeper_client::Error::NoNode) => Vec::new(),
+            Err(e) => return Err(e),
+        }
+    } else {
+        vec![child.to_owned()]
+    };
+    for c in children {
+        match client.delete(&c, None).await {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Opens a session: the client's session task runs on `rt`, the runtime it is spawned from.
