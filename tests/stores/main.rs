@@ -12,6 +12,7 @@ mod attribute;
 mod blocking;
 mod both;
 mod connections;
+mod curator;
 mod errors;
 mod exclusion;
 mod fair;
