@@ -88,9 +88,13 @@
 //!   `_c_<uuid>-lock-<10-digit sequence>`, its data the owner id (client name and label). The
 //!   child first by sequence holds the lock; every other waiter watches only the child just
 //!   before its own (no herd), so the plain lock is first come, first served, and `fair_lock`
-//!   is the same recipe. A Java `new InterProcessMutex(client, "/dlock:{order:7}")` writes and
-//!   reads the same layout (from Curator's documented recipe; a test against Curator's own jar
-//!   is the next step and not yet in CI, so treat mixed Java and Rust use as untested).
+//!   is the same recipe. A Java `new InterProcessMutex(client, "/dlock:{order:7}")` locks the
+//!   same lock: CI runs Apache Curator's own mutex (5.4) against a dlock client on one path,
+//!   each excluding the other and each woken by the other's release
+//!   (`tests/stores/curator.rs`). Where compatibility stops: re-entry is counted per JVM thread
+//!   by Curator and along the call chain by dlock, each in its own process, so a Java thread and
+//!   a Rust task never re-enter each other's hold; Curator's read-write lock and semaphore are
+//!   not offered yet.
 //! * **The lease is the session.** A holder's child lives as long as its client's session; a
 //!   crashed or cut-off holder's child goes when the ensemble expires the session
 //!   ([`LockClientBuilder::zookeeper_session_timeout`](crate::LockClientBuilder::zookeeper_session_timeout),
