@@ -28,3 +28,4 @@ mod promotion;
 mod stock;
 mod tls;
 mod waking;
+mod zookeeper;

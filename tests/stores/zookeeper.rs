@@ -1,0 +1,152 @@
+//! The ZooKeeper store's own faults, beyond the shared tests: a holder process frozen past its
+//! session timeout, and the ensemble's leader killed while a waiter waits. Each asserts at the
+//! moment another client holds the lock what the old holder believes, and that tokens rise.
+
+use std::time::{Duration, Instant};
+
+use dlock::testing::{zookeeper_available, ZkEnsemble, ZkServer};
+use dlock::LockClient;
+use rustix::process::{kill_process, Pid, Signal};
+
+use super::both::ZK_SESSION;
+use crate::common::child;
+
+const NAME: &str = "stores:zk:frozen-holder";
+
+async fn client(url: &str) -> LockClient {
+    LockClient::builder(url)
+        .zookeeper_session_timeout(ZK_SESSION)
+        .response_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("connect to ZooKeeper")
+}
+
+/// The child side: hold `NAME`, say so with the token, then, on each line from the parent,
+/// print whether the hold is lost (the first look after a SIGCONT).
+#[test]
+fn child_process_entry() {
+    let Ok(url) = std::env::var("DLOCK_STORES_ZK_CHILD_URL") else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let client = client(&url).await;
+        let guard = client.lock(NAME).acquire().await.expect("child acquire");
+        println!("HOLDING {}", guard.fencing_token());
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if std::io::stdin().read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            println!("LOST {}", guard.is_lost());
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_frozen_past_its_session_reads_lost_and_the_next_token_is_higher() {
+    if !zookeeper_available() {
+        super::common::skipped("ZooKeeper faults", "no ZooKeeper server");
+        return;
+    }
+    let server = ZkServer::start().expect("start ZooKeeper");
+    let url = server.url();
+    let env = [("DLOCK_STORES_ZK_CHILD_URL", url.as_str())];
+    let (mut holder, mut lines) = child::spawn(module_path!(), "child_process_entry", &env);
+    let held = child::expect_line(&mut lines, "HOLDING").await;
+    let old_token: u64 = held.split(' ').nth(1).unwrap().trim().parse().unwrap();
+    let pid = Pid::from_raw(holder.id().expect("pid") as i32).expect("a pid");
+    kill_process(pid, Signal::STOP).expect("SIGSTOP the holder");
+    let frozen = Instant::now();
+    // The ensemble expires the frozen holder's session (3 s), its child goes, and the waiter's
+    // watch wakes it.
+    let other = client(&url).await;
+    let got = (other.lock(NAME))
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await
+        .expect("the lock after the holder's session expired");
+    let took = frozen.elapsed();
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(10),
+        "acquired {took:?} into the freeze of a 3 s session"
+    );
+    assert!(got.fencing_token() > old_token, "tokens went back");
+    // At the moment another owner holds it, the old holder, once it runs again, reads lost at
+    // its first look.
+    kill_process(pid, Signal::CONT).expect("SIGCONT the holder");
+    use tokio::io::AsyncWriteExt;
+    let stdin = holder.stdin.as_mut().expect("stdin");
+    stdin.write_all(b"look\n").await.expect("ask the holder");
+    stdin.flush().await.expect("flush");
+    assert_eq!(
+        child::expect_line(&mut lines, "LOST").await.trim(),
+        "LOST true"
+    );
+    got.release().await.expect("release");
+    holder.kill().await.expect("kill the holder");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_gets_the_lock_across_a_leader_kill_with_a_higher_token() {
+    if !zookeeper_available() {
+        super::common::skipped("ZooKeeper ensemble", "no ZooKeeper server");
+        return;
+    }
+    let mut ensemble = tokio::task::spawn_blocking(ZkEnsemble::start)
+        .await
+        .expect("spawn_blocking")
+        .expect("start a ZooKeeper ensemble");
+    let url = ensemble.url();
+    let (a, b) = (client(&url).await, client(&url).await);
+    let name = "stores:zk:leader";
+    let held = a.lock(name).acquire().await.expect("acquire");
+    let waiting = tokio::spawn({
+        let lock = b.lock(name);
+        async move { lock.wait(Duration::from_secs(30)).acquire().await }
+    });
+    // The waiter's child is in line before the leader goes: the leader's own list of
+    // ephemeral nodes shows both children.
+    let leader = ensemble.leader().expect("a leader");
+    let line = |dump: &str| dump.matches("/dlock:{stores:zk:leader}/_c_").count();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while line(&ensemble.four_letter(leader, "dump").expect("dump")) < 2
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        line(&ensemble.four_letter(leader, "dump").expect("dump")),
+        2,
+        "the waiter never queued"
+    );
+    let ensemble = tokio::task::spawn_blocking(move || {
+        ensemble.kill(leader);
+        let next = ensemble.leader().expect("a new leader");
+        assert_ne!(next, leader, "the killed server still leads");
+        ensemble
+    })
+    .await
+    .expect("kill the leader");
+    // Both sessions survive the election (it takes well under the 3 s session); the holder
+    // keeps its hold, then releases it, and the waiter is woken.
+    assert!(!held.is_lost(), "a leader change lost the hold");
+    let token = held.fencing_token();
+    held.release().await.expect("release after the election");
+    let got = waiting
+        .await
+        .expect("waiter task")
+        .expect("the lock after a leader kill");
+    assert!(
+        got.fencing_token() > token,
+        "tokens went back across a leader change"
+    );
+    got.release().await.expect("release");
+    drop(ensemble);
+}
