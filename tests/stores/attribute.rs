@@ -63,7 +63,7 @@ async fn fails(locks: &LockClient) -> Result<(), AppError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_annotated_functions_run_on_every_store() {
     for store in stores() {
-        if !store.can(Need::Family) {
+        if !store.can(Need::Semaphore) {
             continue;
         }
         let (a, b) = (store.client().await, store.client().await);
@@ -130,9 +130,6 @@ async fn edit_doc(locks: &LockClient, id: u32) -> Result<bool, AppError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_function_calls_a_read_helper_twice() {
     for store in stores() {
-        if !store.can(Need::Family) {
-            continue;
-        }
         let (a, b) = (store.client().await, store.client().await);
         let kept = edit_doc(&a, 7)
             .await

@@ -64,9 +64,6 @@ fn a_blocking_lock_excludes_re_enters_per_thread_and_wakes_a_waiter() {
 #[test]
 fn a_blocking_read_write_lock_shares_excludes_downgrades_and_refuses_upgrades() {
     for store in stores() {
-        if !store.can(Need::Family) {
-            continue;
-        }
         let (a, b) = (client(&store), client(&store));
         let name = store.name();
         let rw_a = a.read_write_lock("stores:blocking:rw");
@@ -117,7 +114,7 @@ fn a_blocking_read_write_lock_shares_excludes_downgrades_and_refuses_upgrades() 
 #[test]
 fn a_blocking_semaphore_lets_in_its_permits_and_no_more() {
     for store in stores() {
-        if !store.can(Need::Family) {
+        if !store.can(Need::Semaphore) {
             continue;
         }
         let (a, b) = (client(&store), client(&store));
@@ -225,7 +222,7 @@ fn one_at_a_time(locks: &LockClient) -> Result<Option<()>, AppError> {
 #[test]
 fn the_attributes_on_plain_fns_run_on_every_store() {
     for store in stores() {
-        if !store.can(Need::Family) {
+        if !store.can(Need::Semaphore) {
             continue;
         }
         let locks = client(&store);

@@ -27,8 +27,8 @@ pub const ZK_SESSION: Duration = Duration::from_secs(3);
 /// What a test may need of a store beyond locking.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Need {
-    /// The read-write lock and the semaphore (ZooKeeper: not offered yet, refused by name).
-    Family,
+    /// The semaphore (ZooKeeper: not offered yet, refused by name).
+    Semaphore,
     /// Closing the clients' connections from the server's side.
     KillConnections,
     /// Reading a lock's owner ids as the store keeps them.

@@ -36,7 +36,7 @@ async fn every_store_answers_whether_trying_again_can_help() {
             "{name}: {gone}"
         );
 
-        if store.can(Need::Family) {
+        if store.can(Need::Semaphore) {
             // Refused: a semaphore in use with another permit count gives the same answer on
             // every try.
             let permit = a

@@ -127,7 +127,7 @@ async fn distinct_names_stay_distinct_locks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_takes_a_long_name() {
     for store in stores() {
-        if !store.can(Need::Family) {
+        if !store.can(Need::Semaphore) {
             continue;
         }
         let (a, b) = (store.client().await, store.client().await);

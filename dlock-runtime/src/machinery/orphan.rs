@@ -103,7 +103,7 @@ impl Drop for Orphan {
                 Ok(()) => tracing::debug!(%key, "dlock: cleaned up after a cancelled acquire"),
                 Err(e) => {
                     tracing::warn!(%key, error = %e, "dlock: clean-up of a cancelled acquire failed; a possible hold expires with its TTL");
-                    shared.store_gave_up(&claim.owner);
+                    shared.store_gave_up(&claim.owner, kind.id());
                 }
             }
         });

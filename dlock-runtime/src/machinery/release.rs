@@ -540,7 +540,7 @@ async fn release_script(
                 // data); once the lease is surely over, nothing of this hold is left to
                 // release: the hold ended with its lease, as a lost one does.
                 tokio::time::sleep_until(progress.since + lease_horizon).await;
-                inner.store_gave_up(&hold.owner);
+                inner.store_gave_up(&hold.owner, hold.kind.id());
                 hold.mark_lost("the lease ran out before Redis could take the release");
                 tracing::debug!(lock = %hold.name, error = %e, "dlock: release gave up at the lease's end");
                 return Err(LockError::NotHeld {
@@ -549,7 +549,7 @@ async fn release_script(
             }
         }
         if e.is_transient() {
-            inner.store_gave_up(&hold.owner);
+            inner.store_gave_up(&hold.owner, hold.kind.id());
         }
         return Err(inner.store_error(&hold.name, &hold.keys.key, "release", e));
     }

@@ -618,11 +618,15 @@ impl Shared {
     /// own nothing is left to do; on ZooKeeper the owner's child lives as long as its session
     /// (a quorum lost for a while expires no session), so it is deleted in the background for
     /// as long as that session lives (`ZkStore::abandon`).
-    pub(crate) fn store_gave_up(&self, owner: &str) {
-        let _ = owner;
+    pub(crate) fn store_gave_up(&self, owner: &str, kind_id: &str) {
+        let _ = (owner, kind_id);
         match &self.backing {
             #[cfg(feature = "zookeeper")]
-            Backing::Zookeeper(store) => store.abandon(vec![owner.to_owned()]),
+            Backing::Zookeeper(store) => {
+                if let Some(key) = crate::store::zookeeper::link::entry_key(owner, kind_id) {
+                    store.abandon(vec![key]);
+                }
+            }
             _ => {}
         }
     }

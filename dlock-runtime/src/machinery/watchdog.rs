@@ -238,7 +238,10 @@ async fn run(shared: Weak<Shared>, renewer: Renewer, url: String) {
         // A lease that ends only with its session (ZooKeeper) is ended by the holder itself.
         #[cfg(feature = "zookeeper")]
         if let (Renewer::Zookeeper(store), false) = (&renewer, lost.is_empty()) {
-            store.abandon(lost);
+            let keys = lost
+                .iter()
+                .filter_map(|(owner, kind)| crate::store::zookeeper::link::entry_key(owner, kind));
+            store.abandon(keys.collect());
         }
         #[cfg(not(feature = "zookeeper"))]
         let _ = lost;
@@ -294,14 +297,14 @@ async fn run(shared: Weak<Shared>, renewer: Renewer, url: String) {
 /// Marks lost every hold whose validity ran out before a renewal got through, with a warn
 /// event. `Hold::is_lost` already says so from that instant on; this tells the logs and stops
 /// renewing a lock somebody else may hold by now.
-/// Returns the owner ids it marked lost.
-fn expire(s: &Shared, now: Instant) -> Vec<String> {
+/// Returns the owner ids it marked lost, with their kinds.
+fn expire(s: &Shared, now: Instant) -> Vec<(String, &'static str)> {
     let mut lost = Vec::new();
     s.entries().retain(|_, e| {
         if e.active && now >= e.hold.valid_until() {
             e.hold
                 .mark_lost("the lease ran out before a renewal got through");
-            lost.push(e.hold.owner.clone());
+            lost.push((e.hold.owner.clone(), e.hold.kind.id()));
             return false;
         }
         true

@@ -121,7 +121,7 @@ impl Link {
                 .map_err(StoreError::Postgres),
             #[cfg(feature = "zookeeper")]
             Link::Zookeeper(link) => {
-                link.undo_reentry(claim, marker);
+                link.undo_reentry(kind, claim, marker);
                 Ok(())
             }
         }

@@ -15,9 +15,52 @@ use super::store::{Owned, ZkStore};
 use crate::store::redis::backend::names::LockKeys;
 use crate::store::redis::kinds::{Claim, LockKind};
 
-/// The lock name in a mutex child's name (`_c_<uuid>-lock-<sequence>`), as Curator's
-/// `InterProcessMutex` writes it.
-const MUTEX: &str = "lock-";
+/// How one kind's children are named and ordered, as Curator's recipes do.
+#[derive(Clone, Copy, Debug)]
+struct Recipe {
+    /// The lock name in this kind's child names (`_c_<uuid>-<name><sequence>`).
+    name: &'static str,
+    /// Every name whose children share one line (a read-write lock's readers and writers).
+    line: &'static [&'static str],
+    /// Readers share: held while no writer is ahead (else first of all).
+    reader: bool,
+}
+
+/// Curator's `InterProcessMutex`: `_c_<uuid>-lock-<10-digit sequence>`.
+const MUTEX: Recipe = Recipe {
+    name: "lock-",
+    line: &["lock-"],
+    reader: false,
+};
+
+/// Curator's `InterProcessReadWriteLock`: readers `__READ__` and writers `__WRIT__` (names of
+/// one length, on purpose) in one line under one node.
+const READ: Recipe = Recipe {
+    name: "__READ__",
+    line: &["__READ__", "__WRIT__"],
+    reader: true,
+};
+const WRITE: Recipe = Recipe {
+    name: "__WRIT__",
+    line: &["__READ__", "__WRIT__"],
+    reader: false,
+};
+
+impl Recipe {
+    /// `claim`'s entry in the store's owners: an owner may hold both sides of a read-write
+    /// lock (a writer reading).
+    fn key(self, claim: &Claim) -> String {
+        format!("{}\n{}", claim.owner, self.name)
+    }
+
+    /// A child's place in this kind's line and whether it is a writer's; `None` for a child
+    /// of another recipe.
+    fn place(self, child: &str) -> Option<(i64, bool)> {
+        self.line
+            .iter()
+            .find_map(|name| sequence(child, name).map(|s| (s, *name == WRITE.name)))
+    }
+}
 
 /// How many times one attempt looks again when the children moved under it (a predecessor
 /// gone between the listing and the watch): each look is a round trip; past this the attempt
@@ -25,12 +68,27 @@ const MUTEX: &str = "lock-";
 const LOOKS: usize = 8;
 
 /// The kinds this store offers, by `LockKind::id`: the plain lock and the fair lock are both
-/// Curator's mutex (first come, first served by construction).
-fn offered(kind: &dyn LockKind) -> Result<&'static str, ZkError> {
+/// Curator's mutex (first come, first served by construction); the read-write lock's sides
+/// are Curator's read-write lock.
+fn offered(kind: &dyn LockKind) -> Result<Recipe, ZkError> {
     match kind.id() {
         "plain" | "fair" => Ok(MUTEX),
+        "read" => Ok(READ),
+        "write" => Ok(WRITE),
         other => Err(ZkError::not_offered(other)),
     }
+}
+
+/// The owners-map entry of `owner`'s hold of the kind `kind_id` (see `Recipe::key`), for the
+/// machinery's clean-ups that know an owner and a kind; `None` for a kind not offered here.
+pub(crate) fn entry_key(owner: &str, kind_id: &str) -> Option<String> {
+    let recipe = match kind_id {
+        "plain" | "fair" => MUTEX,
+        "read" => READ,
+        "write" => WRITE,
+        _ => return None,
+    };
+    Some(format!("{owner}\n{}", recipe.name))
 }
 
 #[derive(Clone)]
@@ -64,7 +122,7 @@ impl ZkLink {
         claim: &Claim,
         reentry: Option<&str>,
     ) -> Result<(i64, i64), ZkError> {
-        let lock_name = offered(kind)?;
+        let recipe = offered(kind)?;
         let client = self.store.client();
         let session = client.session_id().0;
         if claim.hard {
@@ -76,9 +134,16 @@ impl ZkLink {
         if let Some(marker) = reentry {
             // One round trip all the same: the machinery counts a re-entry's answer as a
             // renewal, and only the ensemble's answer proves the session alive.
-            let child = match self.store.owners().get(&claim.owner) {
-                Some(o) if o.count > 0 && o.session == session => o.path.clone(),
-                _ => return Ok((0, -1)),
+            let held = match self.store.owners().get(&recipe.key(claim)) {
+                Some(o) if o.count > 0 && o.session == session => Some(o.path.clone()),
+                _ => None,
+            };
+            let child = match held {
+                Some(child) => child,
+                None if recipe.reader => {
+                    return self.read_as_writer(&client, claim, marker).await;
+                }
+                None => return Ok((0, -1)),
             };
             let checked = self
                 .bounded(|| format!("checking {child}"), client.check_stat(&child))
@@ -86,7 +151,7 @@ impl ZkLink {
             return match checked {
                 Ok(Some(stat)) if stat.ephemeral_owner == session => {
                     let mut owners = self.store.owners();
-                    Ok(match owners.get_mut(&claim.owner) {
+                    Ok(match owners.get_mut(&recipe.key(claim)) {
                         Some(o) if o.count > 0 => {
                             o.count += 1;
                             o.markers.push(marker.to_owned());
@@ -102,11 +167,11 @@ impl ZkLink {
         let path = lock_path(&claim.keys.key);
         let known = {
             let mut owners = self.store.owners();
-            match owners.get(&claim.owner) {
+            match owners.get(&recipe.key(claim)) {
                 Some(o) if o.session == session => Some((o.path.clone(), o.czxid)),
                 // A child of an ended session is gone with it.
                 Some(_) => {
-                    owners.remove(&claim.owner);
+                    owners.remove(&recipe.key(claim));
                     None
                 }
                 None => None,
@@ -115,33 +180,108 @@ impl ZkLink {
         let (mut mine, mut czxid) = match known {
             Some((child, czxid)) if !child.is_empty() => (child, czxid),
             // A create of this owner whose reply never came: its child may be there.
-            Some(_) => self.adopt(&client, &path, claim, lock_name).await?,
-            None => self.create(&client, &path, claim, lock_name).await?,
+            Some(_) => self.adopt(&client, &path, claim, recipe).await?,
+            None => self.create(&client, &path, claim, recipe).await?,
         };
         match self
-            .stand_in_line(
-                kind,
-                claim,
-                &client,
-                &path,
-                lock_name,
-                (&mut mine, &mut czxid),
-            )
+            .stand_in_line(kind, claim, &client, &path, recipe, (&mut mine, &mut czxid))
             .await
         {
             Err(e) if !e.is_link_error() => {
                 // Refused after this owner's child was made: take the child back now, or
                 // nothing would (the machinery reads a refusal as "nothing ran").
-                self.forget_child(&client, claim).await;
+                self.forget_child(&client, claim, recipe).await;
                 Err(e)
             }
             other => other,
         }
     }
 
+    /// A writer taking the read side of its own lock (a downgrade, inside its write scope): held
+    /// at once, as Curator grants it, with a read child that is not sequential but carries the
+    /// writer's own sequence, so it sorts just before the writer's child and keeps every later
+    /// writer out once the write side is released; its token is the writer's. `(0, -1)` if the
+    /// owner holds no write here.
+    async fn read_as_writer(
+        &self,
+        client: &Client,
+        claim: &Claim,
+        marker: &str,
+    ) -> Result<(i64, i64), ZkError> {
+        let session = client.session_id().0;
+        let (writer, token) = match self.store.owners().get(&WRITE.key(claim)) {
+            Some(o) if o.count > 0 && o.session == session => (o.path.clone(), o.czxid),
+            _ => return Ok((0, -1)),
+        };
+        let Some(seq) = sequence(&writer, WRITE.name) else {
+            return Ok((0, -1));
+        };
+        let path = lock_path(&claim.keys.key);
+        // Named after this read (its marker) rather than the owner: a writer's next read
+        // makes a child of its own even while the last one's delete is on its way.
+        let protected = child_prefix(&format!("{}{marker}", claim.owner), READ.name);
+        let child = format!("{path}/{protected}{seq:010}");
+        // Recorded first, as every create is (see `create`): a reply lost on the way is found
+        // again by its name.
+        self.store.owners().insert(
+            READ.key(claim),
+            Owned {
+                path: String::new(),
+                lock: path.clone(),
+                protected: protected.clone(),
+                czxid: 0,
+                count: 0,
+                markers: Vec::new(),
+                session,
+                watched: None,
+            },
+        );
+        let ephemeral = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+        let created = self
+            .bounded(
+                || format!("creating {child}"),
+                client.create(&child, claim.owner.as_bytes(), &ephemeral),
+            )
+            .await?;
+        let czxid = match created {
+            Ok((stat, _)) => stat.czxid,
+            // Made by an attempt whose reply was lost: ours all the same.
+            Err(Error::NodeExists) => {
+                match self
+                    .bounded(|| format!("checking {child}"), client.check_stat(&child))
+                    .await?
+                {
+                    Ok(Some(stat)) if stat.ephemeral_owner == session => stat.czxid,
+                    Ok(_) => return Ok((0, -1)),
+                    Err(e) => return Err(ZkError::client(format!("checking {child}"), e)),
+                }
+            }
+            Err(e) => return Err(ZkError::client(format!("creating {child}"), e)),
+        };
+        self.store.owners().insert(
+            READ.key(claim),
+            Owned {
+                path: child,
+                lock: path,
+                protected,
+                czxid,
+                count: 1,
+                markers: vec![marker.to_owned()],
+                session,
+                watched: None,
+            },
+        );
+        // The read is taken under the writer's token, as on the other stores.
+        Ok((1, token))
+    }
+
     /// Deletes `claim.owner`'s recorded child, best effort, and forgets it.
-    async fn forget_child(&self, client: &Client, claim: &Claim) {
-        let child = self.store.owners().remove(&claim.owner).map(|o| o.path);
+    async fn forget_child(&self, client: &Client, claim: &Claim, recipe: Recipe) {
+        let child = self
+            .store
+            .owners()
+            .remove(&recipe.key(claim))
+            .map(|o| o.path);
         if let Some(child) = child.filter(|c| !c.is_empty()) {
             let _ = self.bounded(String::new, client.delete(&child, None)).await;
         }
@@ -155,7 +295,7 @@ impl ZkLink {
         claim: &Claim,
         client: &Client,
         path: &str,
-        lock_name: &str,
+        recipe: Recipe,
         (mine, czxid): (&mut String, &mut i64),
     ) -> Result<(i64, i64), ZkError> {
         for _ in 0..LOOKS {
@@ -170,25 +310,34 @@ impl ZkLink {
                 Err(Error::NoNode) => Vec::new(),
                 Err(e) => return Err(ZkError::client(format!("listing {path}"), e)),
             };
-            let mut line: Vec<(i64, &String)> = children
+            // Sorted by sequence, then by name: a writer's own read child carries the writer's
+            // sequence (see `read_as_writer`) and sorts just before it.
+            let mut line: Vec<(i64, bool, &String)> = children
                 .iter()
-                .filter_map(|c| sequence(c, lock_name).map(|s| (s, c)))
+                .filter_map(|c| recipe.place(c).map(|(s, w)| (s, w, c)))
                 .collect();
             line.sort();
             let name = mine.rsplit('/').next().unwrap_or_default();
-            let Some(at) = line.iter().position(|(_, c)| c.as_str() == name) else {
+            let Some(at) = line.iter().position(|(_, _, c)| c.as_str() == name) else {
                 // Our child is gone (force-unlocked while we waited): stand in line again.
-                self.store.owners().remove(&claim.owner);
-                (*mine, *czxid) = self.create(client, path, claim, lock_name).await?;
+                self.store.owners().remove(&recipe.key(claim));
+                (*mine, *czxid) = self.create(client, path, claim, recipe).await?;
                 continue;
             };
-            if at == 0 {
-                if let Some(o) = self.store.owners().get_mut(&claim.owner) {
+            // Curator's rules: a reader waits only for a writer ahead of it (the first one),
+            // anybody else for the child just before its own.
+            let blocker = if recipe.reader {
+                line[..at].iter().find(|(_, writer, _)| *writer)
+            } else {
+                at.checked_sub(1).map(|i| &line[i])
+            };
+            let Some((_, _, blocker)) = blocker else {
+                if let Some(o) = self.store.owners().get_mut(&recipe.key(claim)) {
                     o.count = 1;
                 }
                 return Ok((1, *czxid));
-            }
-            let before = format!("{path}/{}", line[at - 1].1);
+            };
+            let before = format!("{path}/{blocker}");
             let watched = self
                 .bounded(
                     || format!("watching {before}"),
@@ -199,7 +348,7 @@ impl ZkLink {
                 Ok((_, _, watcher)) => {
                     // One watch task per owner and child watched: a waiter that looks again
                     // (after its lease, or a try-lock polled) does not pile them up.
-                    let first_watch = match self.store.owners().get_mut(&claim.owner) {
+                    let first_watch = match self.store.owners().get_mut(&recipe.key(claim)) {
                         Some(o) if o.watched.as_deref() == Some(before.as_str()) => false,
                         Some(o) => {
                             o.watched = Some(before.clone());
@@ -211,10 +360,16 @@ impl ZkLink {
                         return Ok((0, -1));
                     }
                     let (store, channel) = (Arc::downgrade(&self.store), kind.wait_channel(claim));
+                    let key = recipe.key(claim);
                     self.store.rt().spawn(async move {
                         // Fires when the child before ours changes or goes, or the session ends.
                         let _ = watcher.changed().await;
                         if let Some(s) = store.upgrade() {
+                            if let Some(o) = s.owners().get_mut(&key) {
+                                if o.watched.as_deref() == Some(before.as_str()) {
+                                    o.watched = None;
+                                }
+                            }
                             s.dispatch(&channel);
                         }
                     });
@@ -239,12 +394,12 @@ impl ZkLink {
         client: &Client,
         path: &str,
         claim: &Claim,
-        lock_name: &str,
+        recipe: Recipe,
     ) -> Result<(String, i64), ZkError> {
-        let protected = child_prefix(&claim.owner, lock_name);
+        let protected = child_prefix(&claim.owner, recipe.name);
         let prefix = format!("{path}/{protected}");
         self.store.owners().insert(
-            claim.owner.clone(),
+            recipe.key(claim),
             Owned {
                 path: String::new(),
                 lock: path.to_owned(),
@@ -267,7 +422,7 @@ impl ZkLink {
             match created {
                 Ok((stat, seq)) => {
                     let child = format!("{prefix}{seq}");
-                    if let Some(o) = self.store.owners().get_mut(&claim.owner) {
+                    if let Some(o) = self.store.owners().get_mut(&recipe.key(claim)) {
                         o.path = child.clone();
                         o.czxid = stat.czxid;
                     }
@@ -284,7 +439,7 @@ impl ZkLink {
                     match made {
                         Ok(_) | Err(Error::NodeExists) => {}
                         Err(Error::NoNode) => {
-                            self.store.owners().remove(&claim.owner);
+                            self.store.owners().remove(&recipe.key(claim));
                             return Err(ZkError::refused(
                                 format!("creating {path}"),
                                 "the URL's chroot does not exist: create it first",
@@ -297,7 +452,7 @@ impl ZkLink {
                     let e = ZkError::client(format!("creating a child of {path}"), e);
                     if !e.is_link_error() {
                         // The server refused it: no child was made.
-                        self.store.owners().remove(&claim.owner);
+                        self.store.owners().remove(&recipe.key(claim));
                     }
                     return Err(e);
                 }
@@ -316,9 +471,9 @@ impl ZkLink {
         client: &Client,
         path: &str,
         claim: &Claim,
-        lock_name: &str,
+        recipe: Recipe,
     ) -> Result<(String, i64), ZkError> {
-        let protected = child_prefix(&claim.owner, lock_name);
+        let protected = child_prefix(&claim.owner, recipe.name);
         let listed = self
             .bounded(
                 || format!("listing the children of {path}"),
@@ -331,7 +486,7 @@ impl ZkLink {
             Err(e) => return Err(ZkError::client(format!("listing {path}"), e)),
         };
         let Some(found) = found else {
-            return self.create(client, path, claim, lock_name).await;
+            return self.create(client, path, claim, recipe).await;
         };
         let child = format!("{path}/{found}");
         let checked = self
@@ -339,14 +494,14 @@ impl ZkLink {
             .await?;
         match checked {
             Ok(Some(stat)) if stat.ephemeral_owner == client.session_id().0 => {
-                if let Some(o) = self.store.owners().get_mut(&claim.owner) {
+                if let Some(o) = self.store.owners().get_mut(&recipe.key(claim)) {
                     o.path = child.clone();
                     o.czxid = stat.czxid;
                 }
                 Ok((child, stat.czxid))
             }
             // Gone meanwhile, or another session's (it ends with it): stand in line anew.
-            Ok(_) => self.create(client, path, claim, lock_name).await,
+            Ok(_) => self.create(client, path, claim, recipe).await,
             Err(e) => Err(ZkError::client(format!("checking {child}"), e)),
         }
     }
@@ -360,44 +515,76 @@ impl ZkLink {
         kind: &dyn LockKind,
         claim: &Claim,
     ) -> Result<(i64, Option<i64>), ZkError> {
-        let lock_name = offered(kind)?;
+        let recipe = offered(kind)?;
         let client = self.store.client();
         let session = client.session_id().0;
+        // The record goes before the delete is sent, so an acquire of the same owner that
+        // follows at once (a writer's second read, through a release only written) makes a
+        // new child instead of counting on the one being deleted. A delete that fails puts it
+        // back for the retry.
+        let key = recipe.key(claim);
         let entry = {
             let mut owners = self.store.owners();
-            match owners.get_mut(&claim.owner) {
+            match owners.get_mut(&key) {
                 Some(o) if o.count > 1 => {
                     o.count -= 1;
                     // The re-entry this release ends can no longer be undone.
                     o.markers.pop();
                     return Ok((o.count, None));
                 }
-                Some(o) => Some((o.count, o.path.clone(), o.session)),
+                Some(_) => owners.remove(&key),
                 None => None,
             }
         };
-        let Some((count, child, made_in)) = entry else {
-            self.delete_unrecorded(&client, claim, lock_name).await?;
+        let Some(owned) = entry else {
+            self.delete_unrecorded(&client, claim, recipe).await?;
             return Ok((-1, None));
         };
         // A child of an ended session went with it: nothing was held any more.
-        let mut held = count == 1 && made_in == session;
-        if made_in == session && child.is_empty() {
+        let mut held = owned.count == 1 && owned.session == session;
+        if owned.session == session && owned.path.is_empty() {
             // Its create was never answered: its child, if made, is found by its name.
-            self.delete_unrecorded(&client, claim, lock_name).await?;
-            held = false;
-        } else if made_in == session {
             let deleted = self
+                .bounded(
+                    || {
+                        format!(
+                            "deleting the children of {} named {}",
+                            owned.lock, owned.protected
+                        )
+                    },
+                    super::store::delete_child(&client, "", &owned.lock, &owned.protected),
+                )
+                .await
+                .and_then(|r| {
+                    r.map_err(|e| ZkError::client(format!("deleting in {}", owned.lock), e))
+                });
+            if let Err(e) = deleted {
+                self.store.owners().entry(key).or_insert(owned);
+                return Err(e);
+            }
+            held = false;
+        } else if owned.session == session {
+            let child = owned.path.clone();
+            let deleted = match self
                 .bounded(|| format!("deleting {child}"), client.delete(&child, None))
-                .await?;
+                .await
+            {
+                Ok(deleted) => deleted,
+                Err(e) => {
+                    self.store.owners().entry(key).or_insert(owned);
+                    return Err(e);
+                }
+            };
             match deleted {
                 Ok(()) => {}
                 // Deleted by someone else (a force unlock): it was no longer ours.
                 Err(Error::NoNode) => held = false,
-                Err(e) => return Err(ZkError::client(format!("deleting {child}"), e)),
+                Err(e) => {
+                    self.store.owners().entry(key).or_insert(owned);
+                    return Err(ZkError::client(format!("deleting {child}"), e));
+                }
             }
         }
-        self.store.owners().remove(&claim.owner);
         // The store cannot count who was woken.
         Ok(if held { (0, Some(-2)) } else { (-1, None) })
     }
@@ -408,7 +595,7 @@ impl ZkLink {
         &self,
         client: &Client,
         claim: &Claim,
-        lock_name: &str,
+        recipe: Recipe,
     ) -> Result<(), ZkError> {
         let path = lock_path(&claim.keys.key);
         let listed = self
@@ -422,7 +609,7 @@ impl ZkLink {
             Err(Error::NoNode) => return Ok(()),
             Err(e) => return Err(ZkError::client(format!("listing {path}"), e)),
         };
-        let prefix = child_prefix(&claim.owner, lock_name);
+        let prefix = child_prefix(&claim.owner, recipe.name);
         for child in children.iter().filter(|c| c.starts_with(&prefix)) {
             let child = format!("{path}/{child}");
             let deleted = self
@@ -437,8 +624,9 @@ impl ZkLink {
     }
 
     /// Undoes a re-entry whose caller never saw the reply, if its marker says it ran.
-    pub(crate) fn undo_reentry(&self, claim: &Claim, marker: &str) {
-        if let Some(o) = self.store.owners().get_mut(&claim.owner) {
+    pub(crate) fn undo_reentry(&self, kind: &dyn LockKind, claim: &Claim, marker: &str) {
+        let Ok(recipe) = offered(kind) else { return };
+        if let Some(o) = self.store.owners().get_mut(&recipe.key(claim)) {
             if let Some(i) = o.markers.iter().position(|m| m == marker) {
                 o.markers.swap_remove(i);
                 o.count -= 1;
@@ -448,7 +636,7 @@ impl ZkLink {
 
     /// The lock's children that stand in line, sorted (empty when the lock node is missing).
     async fn line(&self, kind: &dyn LockKind, key: &str) -> Result<Vec<String>, ZkError> {
-        let lock_name = offered(kind)?;
+        let recipe = offered(kind)?;
         let path = lock_path(key);
         let listed = self
             .bounded(
@@ -463,7 +651,7 @@ impl ZkLink {
         };
         let mut line: Vec<(i64, String)> = children
             .into_iter()
-            .filter_map(|c| sequence(&c, lock_name).map(|s| (s, c)))
+            .filter_map(|c| recipe.place(&c).map(|(s, _)| (s, c)))
             .collect();
         line.sort();
         Ok(line
@@ -479,21 +667,30 @@ impl ZkLink {
         kind: &dyn LockKind,
         keys: &LockKeys,
     ) -> Result<i64, ZkError> {
+        let recipe = offered(kind)?;
         let line = self.line(kind, &keys.key).await?;
-        let Some(holder) = line.first() else {
-            return Ok(0);
+        // A mutex's holder is its first child; a read-write lock's holders may be many
+        // readers: every child goes (waiters find theirs gone and stand in line again).
+        let doomed = if recipe.line.len() > 1 {
+            &line[..]
+        } else {
+            &line[..line.len().min(1)]
         };
-        let deleted = self
-            .bounded(
-                || format!("deleting {holder}"),
-                self.store.client().delete(holder, None),
-            )
-            .await?;
-        match deleted {
-            Ok(()) => Ok(1),
-            Err(Error::NoNode) => Ok(0),
-            Err(e) => Err(ZkError::client(format!("deleting {holder}"), e)),
+        let mut freed = 0;
+        for child in doomed {
+            let deleted = self
+                .bounded(
+                    || format!("deleting {child}"),
+                    self.store.client().delete(child, None),
+                )
+                .await?;
+            match deleted {
+                Ok(()) => freed = 1,
+                Err(Error::NoNode) => {}
+                Err(e) => return Err(ZkError::client(format!("deleting {child}"), e)),
+            }
         }
+        Ok(freed)
     }
 
     /// Whether anybody holds the lock.
@@ -520,7 +717,7 @@ impl ZkLink {
         kind: &dyn LockKind,
         claims: &[&Claim],
     ) -> Result<Vec<i64>, ZkError> {
-        offered(kind)?;
+        let recipe = offered(kind)?;
         let client = self.store.client();
         let session = client.session_id().0;
         let children: Vec<Option<String>> = {
@@ -529,7 +726,7 @@ impl ZkLink {
                 .iter()
                 .map(|c| {
                     owners
-                        .get(&c.owner)
+                        .get(&recipe.key(c))
                         .filter(|o| o.count > 0 && o.session == session)
                         .map(|o| o.path.clone())
                 })

@@ -126,6 +126,7 @@ impl ZkStore {
     /// not: deleted, the next in line takes it, as a Redis lease ends. Retried through passing
     /// faults for as long as the session that made them lives (a session that ends takes them
     /// with it).
+    /// `owners`: entries of the owners map (`link::entry_key`).
     pub(crate) fn abandon(self: &Arc<Self>, owners: Vec<String>) {
         let store = Arc::downgrade(self);
         self.rt.spawn(async move {
@@ -178,7 +179,7 @@ impl ZkStore {
 
 /// Deletes the child `child` (gone already counts as done), or, when its create was never
 /// answered (`child` empty), every child of `lock` with the `protected` name prefix.
-async fn delete_child(
+pub(crate) async fn delete_child(
     client: &Client,
     child: &str,
     lock: &str,
