@@ -83,7 +83,8 @@
 //!
 //! * **Nodes**: the lock named `order:7` (default prefix) is the node `/dlock:{order:7}` under
 //!   the URL's chroot (the key as on Redis, with `/` and the characters ZooKeeper refuses
-//!   percent-escaped), created as a container node. Each owner that asks creates one child,
+//!   percent-escaped; a read-write lock's is `/dlock:{order:7}:rw`, its key), created as a
+//!   container node. Each owner that asks creates one child,
 //!   EPHEMERAL_SEQUENTIAL, named as Curator's protected mode names it:
 //!   `_c_<uuid>-lock-<10-digit sequence>`, its data the owner id (client name and label). The
 //!   child first by sequence holds the lock; every other waiter watches only the child just
@@ -93,8 +94,11 @@
 //!   each excluding the other and each woken by the other's release
 //!   (`tests/stores/curator.rs`). Where compatibility stops: re-entry is counted per JVM thread
 //!   by Curator and along the call chain by dlock, each in its own process, so a Java thread and
-//!   a Rust task never re-enter each other's hold; Curator's read-write lock and semaphore are
-//!   not offered yet.
+//!   a Rust task never re-enter each other's hold. The read-write lock is Curator's
+//!   `InterProcessReadWriteLock` the same way (`__READ__` and `__WRIT__` children in one line:
+//!   a reader holds while no writer is ahead of it and watches the first one; a writer must be
+//!   first; a writer's own read is granted at once, its child carrying the writer's sequence),
+//!   also run against Curator's own in CI.
 //! * **The lease is the session.** A holder's child lives as long as its client's session; a
 //!   crashed or cut-off holder's child goes when the ensemble expires the session
 //!   ([`LockClientBuilder::zookeeper_session_timeout`](crate::LockClientBuilder::zookeeper_session_timeout),
@@ -121,10 +125,9 @@
 //!   dropped) is found again by its protected name and deleted.
 //! * **Re-entry** along the call chain is counted by the client (Curator counts it per JVM
 //!   thread): one child however deep.
-//! * **Kinds**: the plain lock, the fair lock and multi-locks of them. Not yet offered, and
-//!   refused at the acquire naming the store and the kind: the read-write lock and the
-//!   semaphore (Curator's `InterProcessReadWriteLock` and `InterProcessSemaphoreV2` come next),
-//!   and the Redisson kinds; `SegmentedStock` and `synced_replicas` are Redis's. Not yet: TLS
+//! * **Kinds**: the plain lock, the fair lock, the read-write lock and multi-locks. Not yet
+//!   offered, and refused at the acquire naming the store and the kind: the semaphore
+//!   (Curator's `InterProcessSemaphoreV2` comes next), and the Redisson kinds; `SegmentedStock` and `synced_replicas` are Redis's. Not yet: TLS
 //!   (refused by name; the ZooKeeper client's TLS builds another crypto provider), the
 //!   inspector.
 //! * **Authentication**: `zk://user:password@host:2181` sends ZooKeeper's digest scheme on

@@ -58,7 +58,7 @@ impl Drop for TempDir {
 }
 
 impl Driver {
-    async fn start(classpath: &str, connect: &str, lock_path: &str) -> Driver {
+    async fn start(classpath: &str, connect: &str, lock_path: &str, mode: &str) -> Driver {
         let dir = std::env::temp_dir().join(format!("dlock-curator-{}", rand_suffix()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let classes = TempDir(dir.clone());
@@ -80,6 +80,7 @@ impl Driver {
             .arg("CuratorMutex")
             .arg(connect)
             .arg(lock_path)
+            .arg(mode)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -155,18 +156,19 @@ fn curator_named(child: &str) -> bool {
     uuid_ok && seq.len() == 10 && seq.chars().all(|c| c.is_ascii_digit())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn curator_and_dlock_exclude_and_wake_each_other_on_one_path() {
+/// The Curator jars' classpath where ZooKeeper, the jars and `javac` are all there; else the
+/// test says what it skipped.
+fn curator_ready() -> Option<String> {
     if !zookeeper_available() {
         super::common::skipped("Curator interop", "no ZooKeeper server");
-        return;
+        return None;
     }
     let Some(classpath) = curator_classpath() else {
         super::common::skipped(
             "Curator interop",
             "no Curator jars (libcurator-recipes-java)",
         );
-        return;
+        return None;
     };
     if std::process::Command::new("javac")
         .arg("-version")
@@ -174,8 +176,16 @@ async fn curator_and_dlock_exclude_and_wake_each_other_on_one_path() {
         .is_err()
     {
         super::common::skipped("Curator interop", "no javac");
-        return;
+        return None;
     }
+    Some(classpath)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_and_dlock_exclude_and_wake_each_other_on_one_path() {
+    let Some(classpath) = curator_ready() else {
+        return;
+    };
     let server = ZkServer::start().expect("start ZooKeeper");
     let client = LockClient::builder(server.url())
         .zookeeper_session_timeout(ZK_SESSION)
@@ -185,7 +195,7 @@ async fn curator_and_dlock_exclude_and_wake_each_other_on_one_path() {
     let lock = client.lock("stores:curator");
     // dlock's node for the lock `stores:curator` with the default prefix.
     let path = "/dlock:{stores:curator}";
-    let mut java = Driver::start(&classpath, &server.connect_string(), path).await;
+    let mut java = Driver::start(&classpath, &server.connect_string(), path, "mutex").await;
 
     // Curator holds: dlock is kept out, queues behind it, and is woken by its release.
     assert_eq!(java.ask("acquire").await, "HELD");
@@ -257,4 +267,73 @@ async fn curator_and_dlock_exclude_and_wake_each_other_on_one_path() {
     assert_eq!(java.ask("release").await, "RELEASED");
     let again = lock.try_acquire().await.expect("try").expect("free again");
     again.release().await.expect("release");
+}
+
+/// Curator's `InterProcessReadWriteLock` and dlock's read-write lock on one path: readers of
+/// both share, a writer of either keeps the other's readers and writers out, and a Curator
+/// writer queued behind dlock's reader is woken by its release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_and_dlock_read_write_locks_share_and_exclude_on_one_path() {
+    let Some(classpath) = curator_ready() else {
+        return;
+    };
+    let server = ZkServer::start().expect("start ZooKeeper");
+    let client = LockClient::builder(server.url())
+        .zookeeper_session_timeout(ZK_SESSION)
+        .build()
+        .await
+        .expect("connect");
+    let rw = client.read_write_lock("stores:curator:rw");
+    // The read-write lock's node: its key (`dlock:{stores:curator:rw}:rw`) under `/`.
+    let path = &format!("/{}", rw.read().key());
+    assert_eq!(path, "/dlock:{stores:curator:rw}:rw");
+    let connect = server.connect_string();
+    let mut reader = Driver::start(&classpath, &connect, path, "read").await;
+    let mut writer = Driver::start(&classpath, &connect, path, "write").await;
+
+    // Curator reads: dlock reads beside it, dlock's writer is kept out.
+    assert_eq!(reader.ask("acquire").await, "HELD");
+    let read = rw
+        .read()
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("readers share");
+    assert!(
+        rw.write().try_acquire().await.expect("try").is_none(),
+        "dlock wrote beside a Curator reader"
+    );
+    assert_eq!(reader.ask("release").await, "RELEASED");
+    // dlock still reads: Curator's writer is kept out, queues, and is woken by the release.
+    assert_eq!(writer.ask("try").await, "BUSY");
+    writer.send("acquire").await;
+    let queued = |dump: &str| dump.matches(&format!("{path}/_c_")).count();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while queued(&server.four_letter("dump").expect("dump")) < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let released = Instant::now();
+    read.release().await.expect("release");
+    assert_eq!(writer.next_line(Duration::from_secs(10)).await, "HELD");
+    let woke = released.elapsed();
+    assert!(
+        woke < Duration::from_secs(2),
+        "Curator's writer woke {woke:?} after dlock's release"
+    );
+    // Curator writes: dlock's reader and writer are kept out.
+    assert!(
+        rw.read().try_acquire().await.expect("try").is_none(),
+        "dlock read beside a Curator writer"
+    );
+    assert!(
+        rw.write().try_acquire().await.expect("try").is_none(),
+        "dlock wrote beside a Curator writer"
+    );
+    assert_eq!(writer.ask("release").await, "RELEASED");
+    // dlock writes: Curator's reader is kept out.
+    let write = rw.write().try_acquire().await.expect("try").expect("free");
+    assert_eq!(reader.ask("try").await, "BUSY");
+    write.release().await.expect("release");
+    assert_eq!(reader.ask("try").await, "HELD");
+    assert_eq!(reader.ask("release").await, "RELEASED");
 }

@@ -2,7 +2,8 @@
 // lock path, driven line by line over stdin, answering on stdout. Compiled by the test with
 // javac against Debian's Curator jars; nothing of it is dlock's.
 //
-//   java CuratorMutex <connect string> <lock path>
+//   java CuratorMutex <connect string> <lock path> [mutex | read | write]
+//   (the last: InterProcessMutex, or a side of InterProcessReadWriteLock; default mutex)
 //   stdin:  try | acquire | release | children | quit
 //   stdout: READY, then HELD | BUSY | RELEASED | CHILDREN <name,...> per command
 import java.io.BufferedReader;
@@ -13,6 +14,7 @@ import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.retry.RetryOneTime;
 
 public class CuratorMutex {
@@ -24,7 +26,15 @@ public class CuratorMutex {
             System.out.println("NOT CONNECTED");
             return;
         }
-        InterProcessMutex mutex = new InterProcessMutex(client, args[1]);
+        String mode = args.length > 2 ? args[2] : "mutex";
+        InterProcessMutex mutex;
+        if (mode.equals("read")) {
+            mutex = new InterProcessReadWriteLock(client, args[1]).readLock();
+        } else if (mode.equals("write")) {
+            mutex = new InterProcessReadWriteLock(client, args[1]).writeLock();
+        } else {
+            mutex = new InterProcessMutex(client, args[1]);
+        }
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
         System.out.println("READY");
         System.out.flush();
