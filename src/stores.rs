@@ -98,7 +98,7 @@
 //!   `InterProcessReadWriteLock` the same way (`__READ__` and `__WRIT__` children in one line:
 //!   a reader holds while no writer is ahead of it and watches the first one; a writer must be
 //!   first; a writer's own read is granted at once, its child carrying the writer's sequence),
-//!   also run against Curator's own in CI.
+//!   also run against Curator's own in CI, as is the semaphore.
 //! * **The lease is the session.** A holder's child lives as long as its client's session; a
 //!   crashed or cut-off holder's child goes when the ensemble expires the session
 //!   ([`LockClientBuilder::zookeeper_session_timeout`](crate::LockClientBuilder::zookeeper_session_timeout),
@@ -125,9 +125,13 @@
 //!   dropped) is found again by its protected name and deleted.
 //! * **Re-entry** along the call chain is counted by the client (Curator counts it per JVM
 //!   thread): one child however deep.
-//! * **Kinds**: the plain lock, the fair lock, the read-write lock and multi-locks. Not yet
-//!   offered, and refused at the acquire naming the store and the kind: the semaphore
-//!   (Curator's `InterProcessSemaphoreV2` comes next), and the Redisson kinds; `SegmentedStock` and `synced_replicas` are Redis's. Not yet: TLS
+//! * **Kinds**: the plain lock, the fair lock, the read-write lock, the semaphore and
+//!   multi-locks. The semaphore is Curator's `InterProcessSemaphoreV2`: a permit is a lease
+//!   child `<node>/leases/_c_<uuid>-lease-<seq>`, taken under the mutex `<node>/locks` (waiters
+//!   go in one at a time, in order, and only the head watches the leases); dlock also keeps the
+//!   permit count as the node's data while it lives, so dlock clients that disagree on it are
+//!   told (Curator keeps no count: its clients must agree by convention). Refused at the
+//!   acquire naming the store and the kind: the Redisson kinds; `SegmentedStock` and `synced_replicas` are Redis's. Not yet: TLS
 //!   (refused by name; the ZooKeeper client's TLS builds another crypto provider), the
 //!   inspector.
 //! * **Authentication**: `zk://user:password@host:2181` sends ZooKeeper's digest scheme on

@@ -337,3 +337,69 @@ async fn curator_and_dlock_read_write_locks_share_and_exclude_on_one_path() {
     assert_eq!(reader.ask("try").await, "HELD");
     assert_eq!(reader.ask("release").await, "RELEASED");
 }
+
+/// Curator's `InterProcessSemaphoreV2` and dlock's semaphore on one path, 2 permits: a lease
+/// of each fills it, a third of either is refused, and a Curator waiter is woken when dlock's
+/// permit is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curator_and_dlock_semaphores_share_their_permits_on_one_path() {
+    let Some(classpath) = curator_ready() else {
+        return;
+    };
+    let server = ZkServer::start().expect("start ZooKeeper");
+    let client = LockClient::builder(server.url())
+        .zookeeper_session_timeout(ZK_SESSION)
+        .build()
+        .await
+        .expect("connect");
+    let sem = client.semaphore("stores:curator:sem", 2);
+    // The semaphore's node: its key, `dlock:{stores:curator:sem}:sem`, under `/`.
+    let path = "/dlock:{stores:curator:sem}:sem";
+    let connect = server.connect_string();
+    let mut first = Driver::start(&classpath, &connect, path, "semaphore:2").await;
+    let mut second = Driver::start(&classpath, &connect, path, "semaphore:2").await;
+
+    assert_eq!(first.ask("acquire").await, "HELD");
+    let mine = sem
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("the second permit");
+    assert!(
+        sem.try_acquire().await.expect("try").is_none(),
+        "dlock took a third of 2"
+    );
+    assert_eq!(second.ask("try").await, "BUSY");
+    second.send("acquire").await;
+    // Curator's waiter has its lease child in (a third, over the count) and watches.
+    let leases = |dump: &str| dump.matches(&format!("{path}/leases/_c_")).count();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while leases(&server.four_letter("dump").expect("dump")) < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        leases(&server.four_letter("dump").expect("dump")),
+        3,
+        "Curator never queued"
+    );
+    let released = Instant::now();
+    mine.release().await.expect("release");
+    assert_eq!(second.next_line(Duration::from_secs(10)).await, "HELD");
+    let woke = released.elapsed();
+    assert!(
+        woke < Duration::from_secs(2),
+        "Curator's waiter woke {woke:?} after the release"
+    );
+    assert!(
+        sem.try_acquire().await.expect("try").is_none(),
+        "dlock took a third of 2"
+    );
+    assert_eq!(first.ask("release").await, "RELEASED");
+    let again = sem
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("a permit given back");
+    again.release().await.expect("release");
+    assert_eq!(second.ask("release").await, "RELEASED");
+}

@@ -222,30 +222,15 @@ async fn a_writer_reads_again_after_giving_its_read_back() {
     }
 }
 
-/// The semaphore is not on the ZooKeeper store yet (Curator's `InterProcessSemaphoreV2` is
-/// the next step), nor a hard lease: asked for, they are refused at the acquire, naming the
-/// store and the kind, and nothing is left behind.
+/// A hard lease cannot be kept where the lease is the session: refused at the acquire on
+/// ZooKeeper, naming the cause, and the lock stays free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_zookeeper_store_refuses_what_it_does_not_offer_yet() {
+async fn the_zookeeper_store_refuses_a_hard_lease() {
     for store in stores() {
         if !matches!(store, Store::Zookeeper(_)) {
             continue;
         }
         let client = store.client().await;
-        let sem = client.semaphore("stores:zk:sem", 2);
-        let e = sem
-            .try_acquire()
-            .await
-            .map(drop)
-            .expect_err("a semaphore on ZooKeeper");
-        let text = e.to_string();
-        assert!(
-            text.contains("the ZooKeeper store does not offer the semaphore lock kind")
-                && text.starts_with("zookeeper at ")
-                && !e.is_transient(),
-            "{text}"
-        );
-        // A hard lease cannot be kept where the lease is the session.
         let hard = (client.lock("stores:zk:hard"))
             .lease(Duration::from_secs(5))
             .try_acquire()
@@ -255,8 +240,11 @@ async fn the_zookeeper_store_refuses_what_it_does_not_offer_yet() {
             hard.to_string().contains("with a hard lease") && !hard.is_transient(),
             "{hard}"
         );
-        // The plain lock of the same client still works after the refusals.
-        let g = client.lock("stores:zk:sem").acquire().await.expect("plain");
+        let g = client
+            .lock("stores:zk:hard")
+            .acquire()
+            .await
+            .expect("plain");
         g.release().await.expect("release");
     }
 }

@@ -127,7 +127,7 @@ async fn distinct_names_stay_distinct_locks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kind_takes_a_long_name() {
     for store in stores() {
-        if !store.can(Need::Semaphore) {
+        if !store.can(Need::FairQueue) {
             continue;
         }
         let (a, b) = (store.client().await, store.client().await);

@@ -194,8 +194,20 @@ impl Semaphore {
         let stored = match &e {
             LockError::Redis { source, .. } => kind::stored_permits(source),
             #[cfg(feature = "postgres")]
-            LockError::Store { source, .. } => source
+            LockError::Store {
+                store: "postgres",
+                source,
+                ..
+            } => source
                 .downcast_ref::<crate::store::postgres::errors::PgError>()
+                .and_then(|e| e.stored_permits()),
+            #[cfg(feature = "zookeeper")]
+            LockError::Store {
+                store: "zookeeper",
+                source,
+                ..
+            } => source
+                .downcast_ref::<crate::store::zookeeper::errors::ZkError>()
                 .and_then(|e| e.stored_permits()),
             _ => None,
         };

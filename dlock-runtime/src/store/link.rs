@@ -195,9 +195,9 @@ impl Link {
                 (link.available(semaphore.permits, &keys.key).await).map_err(StoreError::Postgres)
             }
             #[cfg(feature = "zookeeper")]
-            Link::Zookeeper(_) => Err(StoreError::Zookeeper(
-                crate::store::zookeeper::errors::ZkError::not_offered("semaphore"),
-            )),
+            Link::Zookeeper(link) => {
+                (link.available(semaphore.permits, &keys.key).await).map_err(StoreError::Zookeeper)
+            }
         }
     }
 

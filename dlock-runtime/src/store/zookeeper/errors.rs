@@ -19,6 +19,8 @@ enum Cause {
     /// The request did not come back within dlock's own bound.
     Timeout,
     Refused(String),
+    /// A semaphore in use with another permit count, which its node keeps.
+    Permits(u32),
 }
 
 impl ZkError {
@@ -43,6 +45,22 @@ impl ZkError {
         }
     }
 
+    /// A semaphore whose node `base` keeps another permit count, `stored`.
+    pub(crate) fn permits(base: &str, stored: u32) -> Self {
+        ZkError {
+            doing: format!("using the semaphore {base}"),
+            cause: Cause::Permits(stored),
+        }
+    }
+
+    /// The count a semaphore's node keeps, when this is a permit-count mismatch.
+    pub(crate) fn stored_permits(&self) -> Option<u32> {
+        match self.cause {
+            Cause::Permits(n) => Some(n),
+            _ => None,
+        }
+    }
+
     /// A kind this store does not offer, named with the store.
     pub(crate) fn not_offered(kind_id: &str) -> Self {
         ZkError::refused(
@@ -56,7 +74,7 @@ impl ZkError {
     pub(crate) fn is_link_error(&self) -> bool {
         match &self.cause {
             Cause::Timeout => true,
-            Cause::Refused(_) => false,
+            Cause::Refused(_) | Cause::Permits(_) => false,
             // `Custom` is the client's "no response from connection in ..." when a server went
             // silent; `SessionExpired` and `ClientClosed` end a session this store replaces.
             Cause::Client(e) => matches!(
@@ -117,6 +135,7 @@ impl fmt::Display for ZkError {
             Cause::Client(e) => write!(f, "{}: {e}", self.doing),
             Cause::Timeout => write!(f, "{}: no reply within the response timeout", self.doing),
             Cause::Refused(why) => write!(f, "{}: {why}", self.doing),
+            Cause::Permits(n) => write!(f, "{}: in use with {n} permits", self.doing),
         }
     }
 }

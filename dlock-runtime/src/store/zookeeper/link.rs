@@ -24,6 +24,11 @@ struct Recipe {
     line: &'static [&'static str],
     /// Readers share: held while no writer is ahead (else first of all).
     reader: bool,
+    /// Where its children live under the lock's node (a semaphore's two folders).
+    dir: &'static str,
+    /// Whether several owners hold at once (readers, a semaphore's leases): a force unlock
+    /// deletes every child, not the first.
+    shared: bool,
 }
 
 /// Curator's `InterProcessMutex`: `_c_<uuid>-lock-<10-digit sequence>`.
@@ -31,6 +36,8 @@ const MUTEX: Recipe = Recipe {
     name: "lock-",
     line: &["lock-"],
     reader: false,
+    dir: "",
+    shared: false,
 };
 
 /// Curator's `InterProcessReadWriteLock`: readers `__READ__` and writers `__WRIT__` (names of
@@ -39,18 +46,45 @@ const READ: Recipe = Recipe {
     name: "__READ__",
     line: &["__READ__", "__WRIT__"],
     reader: true,
+    dir: "",
+    shared: true,
 };
 const WRITE: Recipe = Recipe {
     name: "__WRIT__",
     line: &["__READ__", "__WRIT__"],
     reader: false,
+    dir: "",
+    shared: true,
+};
+
+/// Curator's `InterProcessSemaphoreV2`: a permit is a lease child
+/// `<lock>/leases/_c_<uuid>-lease-<seq>`, taken under the mutex `<lock>/locks`, so waiters
+/// go in one at a time, in order, and only the first watches the leases.
+const LEASE: Recipe = Recipe {
+    name: "lease-",
+    line: &["lease-"],
+    reader: false,
+    dir: "/leases",
+    shared: true,
+};
+const SEM_LOCKS: Recipe = Recipe {
+    name: "lock-",
+    line: &["lock-"],
+    reader: false,
+    dir: "/locks",
+    shared: false,
 };
 
 impl Recipe {
     /// `claim`'s entry in the store's owners: an owner may hold both sides of a read-write
     /// lock (a writer reading).
     fn key(self, claim: &Claim) -> String {
-        format!("{}\n{}", claim.owner, self.name)
+        format!("{}\n{}{}", claim.owner, self.dir, self.name)
+    }
+
+    /// The node whose children are this kind's line, for the lock at `key`.
+    fn path(self, key: &str) -> String {
+        format!("{}{}", lock_path(key), self.dir)
     }
 
     /// A child's place in this kind's line and whether it is a writer's; `None` for a child
@@ -75,6 +109,7 @@ fn offered(kind: &dyn LockKind) -> Result<Recipe, ZkError> {
         "plain" | "fair" => Ok(MUTEX),
         "read" => Ok(READ),
         "write" => Ok(WRITE),
+        "semaphore" => Ok(LEASE),
         other => Err(ZkError::not_offered(other)),
     }
 }
@@ -86,9 +121,10 @@ pub(crate) fn entry_key(owner: &str, kind_id: &str) -> Option<String> {
         "plain" | "fair" => MUTEX,
         "read" => READ,
         "write" => WRITE,
+        "semaphore" => LEASE,
         _ => return None,
     };
-    Some(format!("{owner}\n{}", recipe.name))
+    Some(format!("{owner}\n{}{}", recipe.dir, recipe.name))
 }
 
 #[derive(Clone)]
@@ -164,6 +200,9 @@ impl ZkLink {
                 Err(e) => Err(ZkError::client(format!("checking {child}"), e)),
             };
         }
+        if recipe.dir == LEASE.dir {
+            return self.acquire_permit(kind, claim, &client).await;
+        }
         let path = lock_path(&claim.keys.key);
         let known = {
             let mut owners = self.store.owners();
@@ -195,6 +234,157 @@ impl ZkLink {
             }
             other => other,
         }
+    }
+
+    /// A semaphore's permit, as Curator's `InterProcessSemaphoreV2` takes one: first the
+    /// mutex `<lock>/locks` (a waiter behind another watches the one before it); then, first
+    /// there, a lease child under `<lock>/leases`, held if the leases are at most the permits
+    /// (the mutex is given back), else the leases are watched by this head waiter alone (it
+    /// keeps the mutex, as Curator's does). The permit count is kept as the lock node's data
+    /// while any child lives, so clients that disagree on it are told.
+    async fn acquire_permit(
+        &self,
+        kind: &dyn LockKind,
+        claim: &Claim,
+        client: &Client,
+    ) -> Result<(i64, i64), ZkError> {
+        let permits = kind
+            .permits()
+            .ok_or_else(|| ZkError::refused("using a semaphore", "its permit count is unknown"))?;
+        let session = client.session_id().0;
+        let held = match self.store.owners().get(&LEASE.key(claim)) {
+            Some(o) if o.count > 0 && o.session == session => Some(o.czxid),
+            _ => None,
+        };
+        if let Some(czxid) = held {
+            // A re-sent attempt of a permit already granted.
+            return Ok((1, czxid));
+        }
+        self.ensure_base(client, &lock_path(&claim.keys.key), permits)
+            .await?;
+        // The mutex first.
+        let locks = SEM_LOCKS.path(&claim.keys.key);
+        let known = match self.store.owners().get(&SEM_LOCKS.key(claim)) {
+            Some(o) if o.session == session => Some((o.path.clone(), o.czxid)),
+            _ => None,
+        };
+        let (mut mine, mut czxid) = match known {
+            Some((child, czxid)) if !child.is_empty() => (child, czxid),
+            Some(_) => self.adopt(client, &locks, claim, SEM_LOCKS).await?,
+            None => self.create(client, &locks, claim, SEM_LOCKS).await?,
+        };
+        let (first, _) = self
+            .stand_in_line(
+                kind,
+                claim,
+                client,
+                &locks,
+                SEM_LOCKS,
+                (&mut mine, &mut czxid),
+            )
+            .await?;
+        if first == 0 {
+            return Ok((0, -1));
+        }
+        // First at the mutex: a lease.
+        let leases = LEASE.path(&claim.keys.key);
+        let known = match self.store.owners().get(&LEASE.key(claim)) {
+            Some(o) if o.session == session => Some((o.path.clone(), o.czxid)),
+            _ => None,
+        };
+        let (lease, lease_zxid) = match known {
+            Some((child, czxid)) if !child.is_empty() => (child, czxid),
+            Some(_) => self.adopt(client, &leases, claim, LEASE).await?,
+            None => self.create(client, &leases, claim, LEASE).await?,
+        };
+        let watched = self
+            .bounded(
+                || format!("watching the children of {leases}"),
+                client.get_and_watch_children(&leases),
+            )
+            .await?;
+        let (children, _, watcher) = match watched {
+            Ok(w) => w,
+            Err(e) => return Err(ZkError::client(format!("watching {leases}"), e)),
+        };
+        let live = children.iter().filter(|c| LEASE.place(c).is_some()).count();
+        let name = lease.rsplit('/').next().unwrap_or_default();
+        if !children.iter().any(|c| c == name) {
+            // Our lease is gone (force-unlocked): the next attempt makes another.
+            self.store.owners().remove(&LEASE.key(claim));
+            return Ok((0, -1));
+        }
+        if live <= permits as usize {
+            if let Some(o) = self.store.owners().get_mut(&LEASE.key(claim)) {
+                o.count = 1;
+            }
+            // The mutex goes back: the next waiter takes its turn at the leases.
+            self.forget_child(client, claim, SEM_LOCKS).await;
+            return Ok((1, lease_zxid));
+        }
+        // Full: this head waiter watches the leases (one watch per change, none piled up).
+        let (store, channel) = (Arc::downgrade(&self.store), kind.wait_channel(claim));
+        self.store.rt().spawn(async move {
+            let _ = watcher.changed().await;
+            if let Some(s) = store.upgrade() {
+                s.dispatch(&channel);
+            }
+        });
+        Ok((0, -1))
+    }
+
+    /// The semaphore's node, made with the permit count as its data, or found with it: another
+    /// count there is refused with the count it holds. A node with no data (made by Curator,
+    /// which keeps no count) is taken as it is.
+    async fn ensure_base(&self, client: &Client, base: &str, permits: u32) -> Result<(), ZkError> {
+        let container = CreateMode::Container.with_acls(Acls::anyone_all());
+        let count = permits.to_string();
+        let made = self
+            .bounded(
+                || format!("creating {base}"),
+                client.create(base, count.as_bytes(), &container),
+            )
+            .await?;
+        match made {
+            Ok(_) => return Ok(()),
+            Err(Error::NodeExists) => {}
+            Err(Error::NoNode) => {
+                return Err(ZkError::refused(
+                    format!("creating {base}"),
+                    "the URL's chroot does not exist: create it first",
+                ))
+            }
+            Err(e) => return Err(ZkError::client(format!("creating {base}"), e)),
+        }
+        let read = self
+            .bounded(|| format!("reading {base}"), client.get_data(base))
+            .await?;
+        match read {
+            Ok((data, _)) => match std::str::from_utf8(&data).ok().and_then(|t| t.parse().ok()) {
+                Some(stored) if stored != permits => Err(ZkError::permits(base, stored)),
+                _ => Ok(()),
+            },
+            // Gone meanwhile (an empty container swept): the next attempt makes it again.
+            Err(Error::NoNode) => Ok(()),
+            Err(e) => Err(ZkError::client(format!("reading {base}"), e)),
+        }
+    }
+
+    /// Permits free now: the count less the leases.
+    pub(crate) async fn available(&self, permits: u32, key: &str) -> Result<i64, ZkError> {
+        let leases = LEASE.path(key);
+        let listed = self
+            .bounded(
+                || format!("listing the children of {leases}"),
+                self.store.client().list_children(&leases),
+            )
+            .await?;
+        let held = match listed {
+            Ok(c) => c.iter().filter(|c| LEASE.place(c).is_some()).count(),
+            Err(Error::NoNode) => 0,
+            Err(e) => return Err(ZkError::client(format!("listing {leases}"), e)),
+        };
+        Ok(i64::from(permits) - i64::try_from(held).unwrap_or(i64::MAX))
     }
 
     /// A writer taking the read side of its own lock (a downgrade, inside its write scope): held
@@ -518,6 +708,10 @@ impl ZkLink {
         let recipe = offered(kind)?;
         let client = self.store.client();
         let session = client.session_id().0;
+        if recipe.dir == LEASE.dir && self.store.owners().contains_key(&SEM_LOCKS.key(claim)) {
+            // A waiter giving up at the head of the mutex: its turn goes to the next.
+            self.store.abandon(vec![SEM_LOCKS.key(claim)]);
+        }
         // The record goes before the delete is sent, so an acquire of the same owner that
         // follows at once (a writer's second read, through a release only written) makes a
         // new child instead of counting on the one being deleted. A delete that fails puts it
@@ -597,7 +791,7 @@ impl ZkLink {
         claim: &Claim,
         recipe: Recipe,
     ) -> Result<(), ZkError> {
-        let path = lock_path(&claim.keys.key);
+        let path = recipe.path(&claim.keys.key);
         let listed = self
             .bounded(
                 || format!("listing the children of {path}"),
@@ -637,7 +831,7 @@ impl ZkLink {
     /// The lock's children that stand in line, sorted (empty when the lock node is missing).
     async fn line(&self, kind: &dyn LockKind, key: &str) -> Result<Vec<String>, ZkError> {
         let recipe = offered(kind)?;
-        let path = lock_path(key);
+        let path = recipe.path(key);
         let listed = self
             .bounded(
                 || format!("listing the children of {path}"),
@@ -671,7 +865,7 @@ impl ZkLink {
         let line = self.line(kind, &keys.key).await?;
         // A mutex's holder is its first child; a read-write lock's holders may be many
         // readers: every child goes (waiters find theirs gone and stand in line again).
-        let doomed = if recipe.line.len() > 1 {
+        let doomed = if recipe.shared {
             &line[..]
         } else {
             &line[..line.len().min(1)]

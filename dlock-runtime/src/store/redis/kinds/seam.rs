@@ -163,7 +163,7 @@ pub(crate) trait LockKind: Send + Sync + std::fmt::Debug {
 
     /// The permit count of a counted kind (the semaphore), for stores that pass it as a value
     /// rather than build it into a call (PostgreSQL); `None` for every other kind.
-    #[cfg(feature = "postgres")]
+    #[cfg(any(feature = "postgres", feature = "zookeeper"))]
     fn permits(&self) -> Option<u32> {
         None
     }

@@ -99,7 +99,7 @@ impl LockKind for Semaphore {
         Nested::Refuse("a semaphore permit is not re-entrant; this call chain already holds one")
     }
 
-    #[cfg(feature = "postgres")]
+    #[cfg(any(feature = "postgres", feature = "zookeeper"))]
     fn permits(&self) -> Option<u32> {
         Some(self.permits)
     }
