@@ -136,6 +136,12 @@ async fn run(args: ClientArgs) -> Result<(), Box<dyn std::error::Error>> {
 /// Builds the client, retrying for a while: the server may be restarting or failing over.
 async fn connect(args: &ClientArgs) -> Result<LockClient, LockError> {
     let builder = || -> LockClientBuilder {
+        if args.store == Store::Zookeeper {
+            // The session is the lease: short, so faults past it are seen within the run.
+            return LockClient::builder(args.urls[0].clone())
+                .zookeeper_session_timeout(crate::zk::SESSION)
+                .response_timeout(Duration::from_secs(2));
+        }
         if args.store == Store::Postgres {
             // The Redis client's response timeout; no synced_replicas (a Redis setting).
             return LockClient::builder(args.urls[0].clone())

@@ -8,6 +8,7 @@ use dlock::redis::{self, Value};
 use dlock::testing::{Persistence, RedisCluster, RedisSentinel, RedisServer, Role};
 
 use crate::pg::PgDeployment;
+use crate::zk::ZkDeployment;
 use crate::Topology;
 
 /// How long one admin command may take (a DEBUG SLEEP's caller waits longer: see `call`).
@@ -36,6 +37,8 @@ pub enum Deployment {
     Cluster(RedisCluster),
     /// A PostgreSQL primary and its streaming standby, behind a switch (`--store postgres`).
     Postgres(Box<PgDeployment>),
+    /// A 3-server ZooKeeper ensemble (`--store zookeeper`).
+    Zookeeper(Box<ZkDeployment>),
 }
 
 impl Deployment {
@@ -71,6 +74,7 @@ impl Deployment {
             Deployment::Sentinel(s) => s.sentinel_urls(),
             Deployment::Cluster(c) => c.urls(),
             Deployment::Postgres(pg) => vec![PgDeployment::client_url(pg.switch.port(), 0)],
+            Deployment::Zookeeper(zk) => vec![zk.url()],
         }
     }
 
@@ -88,6 +92,8 @@ impl Deployment {
             Deployment::Sentinel(s) => Ok(vec![port_of(&s.master_url()?)]),
             Deployment::Cluster(c) => Ok(c.masters()?.iter().map(|n| n.port).collect()),
             Deployment::Postgres(pg) => Ok(vec![pg.primary.port()]),
+            // Nothing to SCAN: its nodes are read with `dump` (see `ZkDeployment::nodes_left`).
+            Deployment::Zookeeper(_) => Ok(Vec::new()),
         }
     }
 
@@ -96,7 +102,7 @@ impl Deployment {
     /// every cluster node reports `cluster_state:ok` and the role the cluster gives it.
     pub fn settled(&self) -> Result<(), String> {
         match self {
-            Deployment::Single(..) | Deployment::Postgres(..) => Ok(()),
+            Deployment::Single(..) | Deployment::Postgres(..) | Deployment::Zookeeper(..) => Ok(()),
             Deployment::Sentinel(s) => sentinel_settled(s),
             Deployment::Cluster(c) => {
                 let nodes = c.nodes().map_err(|e| e.to_string())?;

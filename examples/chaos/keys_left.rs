@@ -160,6 +160,12 @@ pub fn scan(deployment: &Deployment, clean: bool, notes: &mut Vec<String>) -> Ve
 }
 
 fn scan_once(deployment: &Deployment, notes: &mut Vec<String>) -> Vec<KeyLeft> {
+    if let Deployment::Zookeeper(zk) = deployment {
+        return zk.nodes_left().unwrap_or_else(|e| {
+            notes.push(format!("reading ZooKeeper's ephemeral nodes failed: {e}"));
+            Vec::new()
+        });
+    }
     if let Deployment::Postgres(pg) = deployment {
         return pg.rows_left().unwrap_or_else(|e| {
             notes.push(format!("reading dlock's tables failed: {e}"));

@@ -8,6 +8,7 @@
 //! cargo run --release --example chaos -- --topology cluster --kind fair --seed 3
 //! cargo run --release --example chaos -- --minutes 0.5 --topology cluster --faults migrate
 //! cargo run --release --features postgres --example chaos -- --store postgres --kind mix
+//! cargo run --release --features zookeeper --example chaos -- --store zookeeper --kind mix
 //! ```
 //!
 //! Each run writes `target/chaos/<topology or postgres>-<kind>-<seed>/`: `history.jsonl` (every event),
@@ -69,6 +70,17 @@
 //!   promotions go on all run long; a data-loss fault: whatever the standby had not received
 //!   is lost, and the note says whether it was streaming). At the end, every row of dlock's
 //!   tables is read as a key (`pg:<table>:<key>`; see `PgDeployment::rows_left`).
+//! * **ZooKeeper** (`--store zookeeper`, the `zookeeper` feature): a 3-server ensemble on
+//!   loopback, every client given all three servers, with a 3 s session (a hold's lease is
+//!   two thirds of it). Kinds as on PostgreSQL (`mix`: plain, fair, read, write, semaphore).
+//!   Faults (`zk.rs`): client SIGSTOP (up to 4 s: past the session, so the ensemble expires it
+//!   and frees its locks while the client is frozen) and SIGKILL; `kill_leader` and
+//!   `kill_follower` (SIGKILL, a restart 0.3-4 s later); `pause_leader` (SIGSTOP of the leader
+//!   for 2.6-4.5 s, past the followers' 2 s patience: they elect another, and the old leader
+//!   rejoins on SIGCONT); `restart_ensemble` (every server killed and started from its data).
+//!   None loses data (a write is answered once a quorum has it). At the end, the leader's list
+//!   of ephemeral nodes (`dump`) must be empty: a lock's child left after every client exited
+//!   would be a lock held by nobody until its session ends.
 //! * **Clock**: every event is stamped with `CLOCK_MONOTONIC`, which is one clock for every
 //!   process on the machine, less the run's origin.
 //!
@@ -143,6 +155,7 @@ mod switch;
 mod tcp_proxy;
 mod timeline;
 mod waits;
+mod zk;
 
 use std::process::ExitCode;
 
@@ -169,8 +182,8 @@ pub(crate) struct RunArgs {
     /// Length of the run, in minutes (faults, then 10 s without).
     #[arg(long, default_value_t = 1.0)]
     pub(crate) minutes: f64,
-    /// Where the locks live: Redis (in `--topology`), or a PostgreSQL primary with a
-    /// streaming standby (needs the `postgres` feature).
+    /// Where the locks live: Redis (in `--topology`), a PostgreSQL primary with a streaming
+    /// standby (needs the `postgres` feature), or a 3-server ZooKeeper ensemble (`zookeeper`).
     #[arg(long, value_enum, default_value_t = Store::Redis)]
     pub(crate) store: Store,
     #[arg(long, value_enum, default_value_t = Topology::Single)]
@@ -197,6 +210,7 @@ pub(crate) struct RunArgs {
 pub(crate) enum Store {
     Redis,
     Postgres,
+    Zookeeper,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,11 +247,27 @@ impl RunArgs {
         match self.store {
             Store::Redis => self.topology.name(),
             Store::Postgres => "postgres",
+            Store::Zookeeper => "zookeeper",
         }
     }
 
     /// What the store cannot run, in words; `None` when the combination is fine.
     fn refused(&self) -> Option<String> {
+        if self.store == Store::Zookeeper {
+            if self.topology != Topology::Single {
+                return Some(format!(
+                    "--store zookeeper runs its own deployment (a 3-server ensemble): leave --topology {} out",
+                    self.topology.name()
+                ));
+            }
+            if self.kind == Kind::Redisson {
+                return Some(
+                    "the ZooKeeper store does not offer --kind redisson: plain, fair, rw, semaphore or mix"
+                        .to_owned(),
+                );
+            }
+            return store_missing("zk://127.0.0.1:1", "zookeeper");
+        }
         if self.store != Store::Postgres {
             return None;
         }
@@ -253,7 +283,7 @@ impl RunArgs {
                     .to_owned(),
             );
         }
-        postgres_store_missing()
+        store_missing("postgres://postgres@127.0.0.1:1/postgres", "postgres")
     }
 }
 
@@ -270,22 +300,22 @@ impl Kind {
     }
 }
 
-/// Whether this build's dlock lacks the PostgreSQL store, asked of dlock itself (the feature
-/// may be on in dlock without being on in this package): a client of a closed port is refused
-/// as an invalid argument only when the store is not compiled in.
-fn postgres_store_missing() -> Option<String> {
+/// Whether this build's dlock lacks the store of `url` (its cargo feature `feature`), asked of
+/// dlock itself (the feature may be on in dlock without being on in this package): a client of
+/// a closed port is refused as an invalid argument only when the store is not compiled in.
+fn store_missing(url: &str, feature: &str) -> Option<String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .ok()?;
     let probe = rt.block_on(
-        dlock::LockClient::builder("postgres://postgres@127.0.0.1:1/postgres")
+        dlock::LockClient::builder(url)
             .connect_timeout(std::time::Duration::from_secs(1))
             .build(),
     );
     match probe {
         Err(e @ dlock::LockError::InvalidArgument { .. }) => Some(format!(
-            "--store postgres: {e} (cargo run --release --features postgres --example chaos -- ...)"
+            "--store {feature}: {e} (cargo run --release --features {feature} --example chaos -- ...)"
         )),
         Err(_) => None,
         Ok(client) => {

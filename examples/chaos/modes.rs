@@ -97,7 +97,7 @@ pub fn mode(name: &str) -> &'static Mode {
 /// command line refuses `redisson` there).
 pub fn of_kind(kind: Kind, store: Store) -> &'static [&'static str] {
     match kind {
-        Kind::Mix if store == Store::Postgres => &["plain", "fair", "read", "write", "sem"],
+        Kind::Mix if store != Store::Redis => &["plain", "fair", "read", "write", "sem"],
         Kind::Plain => &["plain"],
         Kind::Fair => &["fair"],
         Kind::Rw => &["read", "read", "write"],

@@ -81,6 +81,14 @@ fn menu(setup: &str) -> &'static [(&'static str, u64)] {
             ("pause_master", 6),
             ("kill_master", 3),
         ],
+        "zookeeper" => &[
+            ("pause", 10),
+            ("kill", 8),
+            ("kill_leader", 6),
+            ("kill_follower", 6),
+            ("pause_leader", 5),
+            ("restart_ensemble", 3),
+        ],
         "postgres" => &[
             ("pause", 10),
             ("kill", 8),
@@ -225,6 +233,9 @@ impl<'a> Nemesis<'a> {
             // One client's backends (its lane), or every client's (the band spans them all).
             "terminate" if variant => format!("c{client}"),
             "terminate" => format!("all clients, {}", self.master_target(0)),
+            "kill_leader" | "pause_leader" => "the leader".into(),
+            "kill_follower" => "a follower".into(),
+            "restart_ensemble" => "every server".into(),
             _ => self.master_target(master),
         };
         let id = self.start(kind, target);
@@ -271,6 +282,13 @@ impl<'a> Nemesis<'a> {
                 .on_postgres(|pg, rec| pg.promote(rec))
                 .map(|(end, _)| (end, true)),
             "kill_master" => self.kill_master(master),
+            "kill_leader" | "kill_follower" => {
+                self.on_zookeeper(|zk, rec| zk.kill_server(kind == "kill_leader", length, rec))
+            }
+            // Past the followers' 2 s patience: they elect another leader meanwhile.
+            "pause_leader" => self
+                .on_zookeeper(|zk, _| zk.pause_leader(Duration::from_millis(2_500) + length / 2)),
+            "restart_ensemble" => self.on_zookeeper(|zk, rec| zk.restart_all(rec)),
             _ => Err(format!("unknown fault {kind}")),
         };
         let now = self.rec.now();
@@ -278,6 +296,18 @@ impl<'a> Nemesis<'a> {
             Ok((end, loss)) => self.end(id, end.unwrap_or(now), loss, None),
             Err(e) => self.end(id, now, false, Some(format!("failed: {e}"))),
         }
+    }
+
+    /// Runs a fault of the ZooKeeper deployment.
+    fn on_zookeeper(
+        &mut self,
+        fault: impl FnOnce(&mut crate::zk::ZkDeployment, &Recorder) -> Result<(), String>,
+    ) -> Outcome {
+        let Deployment::Zookeeper(zk) = &mut *self.deployment else {
+            return Err("a fault of the ZooKeeper deployment".into());
+        };
+        fault(zk, self.rec)?;
+        Ok((None, false))
     }
 
     /// Runs a fault of the PostgreSQL deployment.
@@ -432,6 +462,8 @@ impl<'a> Nemesis<'a> {
             Deployment::Sentinel(s) => s.master_pid().ok(),
             Deployment::Cluster(c) => c.server(port).and_then(|s| s.pid()),
             Deployment::Postgres(pg) => Some(pg.primary.pid()),
+            // Its faults name servers by role, not by port.
+            Deployment::Zookeeper(_) => None,
         }
     }
 
@@ -479,8 +511,8 @@ impl<'a> Nemesis<'a> {
                 c.failover(master).map_err(|e| e.to_string())?;
                 Ok((Some(self.settle()), false))
             }
-            Deployment::Single(..) | Deployment::Postgres(..) => {
-                Err("no failover here (PostgreSQL: promote)".into())
+            Deployment::Single(..) | Deployment::Postgres(..) | Deployment::Zookeeper(..) => {
+                Err("no failover here (PostgreSQL: promote; ZooKeeper: kill_leader)".into())
             }
         }
     }
@@ -494,7 +526,7 @@ impl<'a> Nemesis<'a> {
                 .kill_master(master)
                 .map(|_| ())
                 .map_err(|e| e.to_string())?,
-            Deployment::Single(..) | Deployment::Postgres(..) => {
+            Deployment::Single(..) | Deployment::Postgres(..) | Deployment::Zookeeper(..) => {
                 return Err("no promotable replica here (PostgreSQL: promote)".into())
             }
         }

@@ -130,6 +130,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let mut deployment = match args.store {
         Store::Redis => Deployment::start(args.topology, args.filler_keys)?,
         Store::Postgres => Deployment::Postgres(Box::new(PgDeployment::start()?)),
+        Store::Zookeeper => Deployment::Zookeeper(Box::new(crate::zk::ZkDeployment::start()?)),
     };
     let proxies = match &deployment {
         Deployment::Single(s, _) => Some(Proxies::start(args.clients, s.port())),
@@ -144,6 +145,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             .map(|id| match (&proxies, args.store) {
                 (Some(p), Store::Postgres) => vec![PgDeployment::client_url(p.port(id), id)],
                 (Some(p), Store::Redis) => vec![p.url(id)],
+                (Some(_), Store::Zookeeper) => deployment.urls(),
                 (None, _) => deployment.urls(),
             })
             .collect();
@@ -156,6 +158,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         let store = match args.store {
             Store::Redis => "redis",
             Store::Postgres => "postgres",
+            Store::Zookeeper => "zookeeper",
         };
         let flavours = flavours.clone();
         move |id: usize, incarnation: u64| -> io::Result<Child> {
