@@ -159,7 +159,7 @@ impl ZkLink {
         reentry: Option<&str>,
     ) -> Result<(i64, i64), ZkError> {
         let recipe = offered(kind)?;
-        let client = self.store.client();
+        let client = self.store.live_client().await;
         let session = client.session_id().0;
         if claim.hard {
             return Err(ZkError::refused(
@@ -376,7 +376,7 @@ impl ZkLink {
         let listed = self
             .bounded(
                 || format!("listing the children of {leases}"),
-                self.store.client().list_children(&leases),
+                self.store.live_client().await.list_children(&leases),
             )
             .await?;
         let held = match listed {
@@ -706,7 +706,7 @@ impl ZkLink {
         claim: &Claim,
     ) -> Result<(i64, Option<i64>), ZkError> {
         let recipe = offered(kind)?;
-        let client = self.store.client();
+        let client = self.store.live_client().await;
         let session = client.session_id().0;
         if recipe.dir == LEASE.dir && self.store.owners().contains_key(&SEM_LOCKS.key(claim)) {
             // A waiter giving up at the head of the mutex: its turn goes to the next.
@@ -835,7 +835,7 @@ impl ZkLink {
         let listed = self
             .bounded(
                 || format!("listing the children of {path}"),
-                self.store.client().list_children(&path),
+                self.store.live_client().await.list_children(&path),
             )
             .await?;
         let children = match listed {
@@ -875,7 +875,7 @@ impl ZkLink {
             let deleted = self
                 .bounded(
                     || format!("deleting {child}"),
-                    self.store.client().delete(child, None),
+                    self.store.live_client().await.delete(child, None),
                 )
                 .await?;
             match deleted {
@@ -912,7 +912,7 @@ impl ZkLink {
         claims: &[&Claim],
     ) -> Result<Vec<i64>, ZkError> {
         let recipe = offered(kind)?;
-        let client = self.store.client();
+        let client = self.store.live_client().await;
         let session = client.session_id().0;
         let children: Vec<Option<String>> = {
             let owners = self.store.owners();

@@ -56,6 +56,8 @@ pub(crate) struct ZkStore {
     pub(crate) owners: Mutex<HashMap<String, Owned>>,
     hooks: OnceLock<ZkHooks>,
     rt: Handle,
+    /// Told when a new session replaced an ended one.
+    replaced: tokio::sync::Notify,
 }
 
 impl ZkStore {
@@ -79,6 +81,7 @@ impl ZkStore {
             owners: Mutex::default(),
             hooks: OnceLock::new(),
             rt: rt.clone(),
+            replaced: tokio::sync::Notify::new(),
         });
         rt.spawn(follow_session(Arc::downgrade(&store), stop));
         Ok(store)
@@ -94,6 +97,25 @@ impl ZkStore {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The session's client, or, while an ended session is being replaced, the new one once it
+    /// is open (waited for at most the response timeout): a request sent meanwhile would only
+    /// fail at once with "session expired", however long its caller may wait.
+    pub(crate) async fn live_client(&self) -> Client {
+        let client = self.client();
+        if !client.state().is_terminated() {
+            return client;
+        }
+        let replaced = self.replaced.notified();
+        tokio::pin!(replaced);
+        replaced.as_mut().enable();
+        let client = self.client();
+        if !client.state().is_terminated() {
+            return client;
+        }
+        let _ = tokio::time::timeout(self.response_timeout, replaced).await;
+        self.client()
     }
 
     /// The session timeout the ensemble granted.
@@ -273,6 +295,7 @@ async fn follow_session(store: Weak<ZkStore>, stop: CancellationToken) {
             match open(&s.url, s.asked_timeout, s.connect_timeout, &s.rt).await {
                 Ok(client) => {
                     *s.client.write().unwrap_or_else(|e| e.into_inner()) = client;
+                    s.replaced.notify_waiters();
                     pause = Duration::from_millis(50);
                     if let Some(h) = s.hooks.get() {
                         (h.session_replaced)();
