@@ -800,17 +800,6 @@ async fn the_sweep_leaves_a_semaphore_count_to_an_op_under_way() {
         client
     };
     let (op, sweeper, watch) = (connect().await, connect().await, connect().await);
-    // A latch long expired: gone once a sweep has run (one call in eight sweeps).
-    watch
-        .execute(
-            &format!(
-                "INSERT INTO {q}.latches (id, result, expires_at) \
-                 VALUES ('canary', 0, clock_timestamp() - interval '1 hour')"
-            ),
-            &[],
-        )
-        .await
-        .unwrap();
     // The op: a second permit of two, granted and not committed yet.
     op.batch_execute("BEGIN").await.unwrap();
     let row = op
@@ -821,6 +810,19 @@ async fn the_sweep_leaves_a_semaphore_count_to_an_op_under_way() {
         .await
         .unwrap();
     assert_eq!(row.get::<_, i64>(0), 1, "the second permit");
+    // A latch long expired: gone once a sweep has run (one call in eight sweeps). Made after
+    // the op's call, which sweeps too one time in eight: a canary it had deleted inside its
+    // open transaction would stay locked and visible, and every sweep below skip it.
+    watch
+        .execute(
+            &format!(
+                "INSERT INTO {q}.latches (id, result, expires_at) \
+                 VALUES ('canary', 0, clock_timestamp() - interval '1 hour')"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
 
     let sweeper_pid: i32 = sweeper
         .query_one("SELECT pg_backend_pid()", &[])
