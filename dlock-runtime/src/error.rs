@@ -273,6 +273,32 @@ impl LockError {
             reason: reason.into(),
         }
     }
+
+    /// A store's failure (`source`) as the caller sees it, its fault read off the two
+    /// questions every store's error answers: did the link break, did the server say "not now".
+    #[cfg(any(feature = "postgres", feature = "zookeeper"))]
+    pub(crate) fn store_failure(
+        (name, op): (&str, &'static str),
+        (store, url): (&'static str, &str),
+        (link, not_now): (bool, bool),
+        source: Box<dyn std::error::Error + Send + Sync>,
+    ) -> Self {
+        let fault = if link {
+            StoreFault::Unreachable
+        } else if not_now {
+            StoreFault::NotNow
+        } else {
+            StoreFault::Refused
+        };
+        LockError::Store {
+            name: name.to_owned(),
+            op,
+            store,
+            url: url.to_owned(),
+            fault,
+            source,
+        }
+    }
 }
 
 /// True when the link to Redis failed rather than Redis answering: the request may have run.

@@ -156,6 +156,29 @@ fn curator_named(child: &str) -> bool {
     uuid_ok && seq.len() == 10 && seq.chars().all(|c| c.is_ascii_digit())
 }
 
+/// A dlock client of `server`, with the tests' short session.
+async fn client_of(server: &ZkServer) -> LockClient {
+    LockClient::builder(server.url())
+        .zookeeper_session_timeout(ZK_SESSION)
+        .build()
+        .await
+        .expect("connect")
+}
+
+/// Waits until the server's own list of ephemeral nodes (`dump`) shows `n` children under
+/// `parent`, whoever made them: a waiter is in line. Bounded (10 s); fails the test otherwise.
+async fn until_children(server: &ZkServer, parent: &str, n: usize) {
+    let count = || {
+        let dump = server.four_letter("dump").expect("dump");
+        dump.matches(&format!("{parent}/_c_")).count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count() < n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(count(), n, "never {n} children in line under {parent}");
+}
+
 /// The Curator jars' classpath where ZooKeeper, the jars and `javac` are all there; else the
 /// test says what it skipped.
 fn curator_ready() -> Option<String> {
@@ -187,11 +210,7 @@ async fn curator_and_dlock_exclude_and_wake_each_other_on_one_path() {
         return;
     };
     let server = ZkServer::start().expect("start ZooKeeper");
-    let client = LockClient::builder(server.url())
-        .zookeeper_session_timeout(ZK_SESSION)
-        .build()
-        .await
-        .expect("connect");
+    let client = client_of(&server).await;
     let lock = client.lock("stores:curator");
     // dlock's node for the lock `stores:curator` with the default prefix.
     let path = "/dlock:{stores:curator}";
@@ -241,17 +260,8 @@ async fn curator_and_dlock_exclude_and_wake_each_other_on_one_path() {
     // dlock holds: Curator is kept out, queues, and is woken by dlock's release.
     assert_eq!(java.ask("try").await, "BUSY");
     java.send("acquire").await;
-    // Curator in line behind dlock: the server's own list of ephemeral nodes shows two.
-    let queued = |dump: &str| dump.matches(&format!("{path}/_c_")).count();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while queued(&server.four_letter("dump").expect("dump")) < 2 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(
-        queued(&server.four_letter("dump").expect("dump")),
-        2,
-        "Curator never queued"
-    );
+    // Curator in line behind dlock.
+    until_children(&server, path, 2).await;
     let released = Instant::now();
     guard.release().await.expect("release");
     assert_eq!(java.next_line(Duration::from_secs(10)).await, "HELD");
@@ -278,11 +288,7 @@ async fn curator_and_dlock_read_write_locks_share_and_exclude_on_one_path() {
         return;
     };
     let server = ZkServer::start().expect("start ZooKeeper");
-    let client = LockClient::builder(server.url())
-        .zookeeper_session_timeout(ZK_SESSION)
-        .build()
-        .await
-        .expect("connect");
+    let client = client_of(&server).await;
     let rw = client.read_write_lock("stores:curator:rw");
     // The read-write lock's node: its key (`dlock:{stores:curator:rw}:rw`) under `/`.
     let path = &format!("/{}", rw.read().key());
@@ -307,11 +313,7 @@ async fn curator_and_dlock_read_write_locks_share_and_exclude_on_one_path() {
     // dlock still reads: Curator's writer is kept out, queues, and is woken by the release.
     assert_eq!(writer.ask("try").await, "BUSY");
     writer.send("acquire").await;
-    let queued = |dump: &str| dump.matches(&format!("{path}/_c_")).count();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while queued(&server.four_letter("dump").expect("dump")) < 2 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_children(&server, path, 2).await;
     let released = Instant::now();
     read.release().await.expect("release");
     assert_eq!(writer.next_line(Duration::from_secs(10)).await, "HELD");
@@ -347,11 +349,7 @@ async fn curator_and_dlock_semaphores_share_their_permits_on_one_path() {
         return;
     };
     let server = ZkServer::start().expect("start ZooKeeper");
-    let client = LockClient::builder(server.url())
-        .zookeeper_session_timeout(ZK_SESSION)
-        .build()
-        .await
-        .expect("connect");
+    let client = client_of(&server).await;
     let sem = client.semaphore("stores:curator:sem", 2);
     // The semaphore's node: its key, `dlock:{stores:curator:sem}:sem`, under `/`.
     let path = "/dlock:{stores:curator:sem}:sem";
@@ -372,16 +370,7 @@ async fn curator_and_dlock_semaphores_share_their_permits_on_one_path() {
     assert_eq!(second.ask("try").await, "BUSY");
     second.send("acquire").await;
     // Curator's waiter has its lease child in (a third, over the count) and watches.
-    let leases = |dump: &str| dump.matches(&format!("{path}/leases/_c_")).count();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while leases(&server.four_letter("dump").expect("dump")) < 3 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(
-        leases(&server.four_letter("dump").expect("dump")),
-        3,
-        "Curator never queued"
-    );
+    until_children(&server, &format!("{path}/leases"), 3).await;
     let released = Instant::now();
     mine.release().await.expect("release");
     assert_eq!(second.next_line(Duration::from_secs(10)).await, "HELD");

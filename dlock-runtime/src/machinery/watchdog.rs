@@ -272,9 +272,21 @@ async fn run(shared: Weak<Shared>, renewer: Renewer, url: String) {
             match &renewer {
                 Renewer::Redis { pool, sync } => renew(&mut pool.background(), sync, &batch).await,
                 #[cfg(feature = "postgres")]
-                Renewer::Postgres(store) => renew_postgres(store, &batch).await,
+                Renewer::Postgres(store) => {
+                    renew_by_link(&batch, || {
+                        crate::store::link::Link::Postgres(store.any_link())
+                    })
+                    .await
+                }
                 #[cfg(feature = "zookeeper")]
-                Renewer::Zookeeper(store) => renew_zookeeper(store, &batch).await,
+                Renewer::Zookeeper(store) => {
+                    renew_by_link(&batch, || {
+                        crate::store::link::Link::Zookeeper(
+                            crate::store::zookeeper::link::ZkLink::new(store.clone()),
+                        )
+                    })
+                    .await
+                }
             }
         };
         let results = tokio::time::timeout(outer, renewed)
@@ -372,54 +384,20 @@ async fn renew(conn: &mut Conn, sync: &SyncConn, batch: &[Arc<Hold>]) -> Vec<Opt
     results
 }
 
-/// Renews `batch` on PostgreSQL: one statement per kind and chunk, each bounded like a Redis
-/// renew call (see [`call_bound`]).
-#[cfg(feature = "postgres")]
-async fn renew_postgres(
-    store: &crate::store::postgres::store::PgStore,
+/// Renews `batch` on a store that renews by request (PostgreSQL, ZooKeeper): one
+/// `Link::renew` per kind and chunk, on a link from `link`, each bounded like a Redis renew
+/// call (see [`call_bound`]).
+#[cfg(any(feature = "postgres", feature = "zookeeper"))]
+async fn renew_by_link(
     batch: &[Arc<Hold>],
+    link: impl Fn() -> crate::store::link::Link,
 ) -> Vec<Option<bool>> {
     // `chunks` keeps one kind per chunk.
     let calls = chunks(batch, (0..batch.len()).collect())
         .into_iter()
         .map(|idx| {
             let holds: Vec<Arc<Hold>> = idx.iter().map(|&i| batch[i].clone()).collect();
-            let link = store.any_link();
-            async move {
-                telemetry::renew_call();
-                let claims: Vec<&crate::store::redis::kinds::Claim> = holds.iter().map(|h| &h.claim).collect();
-                let call = link.renew(&*holds[0].kind, &claims);
-                let out = match tokio::time::timeout(call_bound(&holds), call).await {
-                    Ok(Ok(v)) => v.into_iter().map(outcome).collect(),
-                    Ok(Err(e)) => {
-                        tracing::warn!(error = %e, locks = holds.len(), "dlock watchdog renewal failed");
-                        vec![None; holds.len()]
-                    }
-                    Err(_) => vec![None; holds.len()],
-                };
-                (idx, out)
-            }
-        });
-    let mut results = vec![None; batch.len()];
-    for (idx, out) in futures_util::future::join_all(calls).await {
-        for (i, r) in idx.into_iter().zip(out) {
-            results[i] = r;
-        }
-    }
-    results
-}
-
-/// Renews `batch` on ZooKeeper: one check per hold, each bounded like a Redis renew call.
-#[cfg(feature = "zookeeper")]
-async fn renew_zookeeper(
-    store: &Arc<crate::store::zookeeper::store::ZkStore>,
-    batch: &[Arc<Hold>],
-) -> Vec<Option<bool>> {
-    let calls = chunks(batch, (0..batch.len()).collect())
-        .into_iter()
-        .map(|idx| {
-            let holds: Vec<Arc<Hold>> = idx.iter().map(|&i| batch[i].clone()).collect();
-            let link = crate::store::zookeeper::link::ZkLink::new(store.clone());
+            let mut link = link();
             async move {
                 telemetry::renew_call();
                 let claims: Vec<&crate::store::redis::kinds::Claim> =

@@ -149,6 +149,30 @@ impl Link {
         }
     }
 
+    /// Renews many holds of one kind: one entry per hold, 1 renewed, 0 no longer ours. The
+    /// watchdog's path for stores that renew by request (PostgreSQL: one statement;
+    /// ZooKeeper: one check per hold); on Redis it renews per node through its own
+    /// connections (`machinery/watchdog.rs`), and this is the one-slot call.
+    #[cfg(any(feature = "postgres", feature = "zookeeper"))]
+    pub(crate) async fn renew(
+        &mut self,
+        kind: &dyn LockKind,
+        claims: &[&Claim],
+    ) -> Result<Vec<i64>, StoreError> {
+        match self {
+            Link::Redis(conn) => (kind.renew(claims, false))
+                .invoke_async(conn)
+                .await
+                .map_err(StoreError::Redis),
+            #[cfg(feature = "postgres")]
+            Link::Postgres(link) => (link.renew(kind, claims).await).map_err(StoreError::Postgres),
+            #[cfg(feature = "zookeeper")]
+            Link::Zookeeper(link) => {
+                (link.renew(kind, claims).await).map_err(StoreError::Zookeeper)
+            }
+        }
+    }
+
     /// Whether anybody holds the lock `key` of `kind`.
     pub(crate) async fn exists(
         &mut self,

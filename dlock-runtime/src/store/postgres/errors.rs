@@ -215,21 +215,12 @@ impl PgError {
         op: &'static str,
         url: &str,
     ) -> crate::error::LockError {
-        use crate::error::StoreFault;
-        let fault = if self.is_link_error() {
-            StoreFault::Unreachable
-        } else if self.is_not_now() {
-            StoreFault::NotNow
-        } else {
-            StoreFault::Refused
-        };
-        crate::error::LockError::Store {
-            name: name.to_owned(),
-            op,
-            store: "postgres",
-            url: url.to_owned(),
-            fault,
-            source: Box::new(self),
-        }
+        let classes = (self.is_link_error(), self.is_not_now());
+        crate::error::LockError::store_failure(
+            (name, op),
+            ("postgres", url),
+            classes,
+            Box::new(self),
+        )
     }
 }
