@@ -111,21 +111,29 @@ async fn a_waiter_gets_the_lock_across_a_leader_kill_with_a_higher_token() {
         let lock = b.lock(name);
         async move { lock.wait(Duration::from_secs(30)).acquire().await }
     });
-    // The waiter's child is in line before the leader goes: the leader's own list of
-    // ephemeral nodes shows both children.
+    // The waiter is in line before the leader goes: its child made and the child before it
+    // watched. Its child alone is not enough: an attempt between its create and its watch
+    // meets the leader's death before any refusal, and that failure is the caller's answer
+    // (a store that breaks before it has said "held" is not waited out), which is not what
+    // this test is about. A watch lives on the server the waiter is connected to, so every
+    // server's `wchp` (watches by path) is asked.
     let leader = ensemble.leader().expect("a leader");
-    let line = |dump: &str| dump.matches("/dlock:{stores:zk:leader}/_c_").count();
+    let watched = |ensemble: &ZkEnsemble| {
+        (0..ensemble.len())
+            .filter_map(|i| ensemble.four_letter(i, "wchp").ok())
+            .map(|w| w.matches("/dlock:{stores:zk:leader}/_c_").count())
+            .sum::<usize>()
+    };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while line(&ensemble.four_letter(leader, "dump").expect("dump")) < 2
-        && Instant::now() < deadline
-    {
+    while watched(&ensemble) == 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(
-        line(&ensemble.four_letter(leader, "dump").expect("dump")),
-        2,
-        "the waiter never queued"
+        watched(&ensemble),
+        1,
+        "the waiter never watched the holder's child"
     );
+    assert!(!waiting.is_finished(), "the waiter stopped waiting");
     let ensemble = tokio::task::spawn_blocking(move || {
         ensemble.kill(leader);
         let next = ensemble.leader().expect("a new leader");
