@@ -9,6 +9,7 @@ use dlock::LockClient;
 use rustix::process::{kill_process, Pid, Signal};
 
 use super::both::ZK_SESSION;
+use super::common::proxy::Proxy;
 use crate::common::child;
 
 const NAME: &str = "stores:zk:frozen-holder";
@@ -157,4 +158,70 @@ async fn a_waiter_gets_the_lock_across_a_leader_kill_with_a_higher_token() {
     );
     got.release().await.expect("release");
     drop(ensemble);
+}
+
+/// The children of `parent` in the server's own list of ephemeral nodes (`dump`).
+fn children_in_dump(server: &ZkServer, parent: &str) -> Vec<String> {
+    let dump = server.four_letter("dump").expect("dump");
+    dump.lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with(&format!("{parent}/_c_")))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A create whose reply is lost to a dropped connection (the server made the child, the
+/// client never heard so): the acquire goes on over the session's next connection, finds that
+/// child by its protected name and holds the lock with it; no second child is made (it would
+/// wait behind the first, an orphan of its own session, until the wait ran out), and the
+/// release leaves none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_reply_is_lost_to_a_dropped_connection_is_found_again() {
+    if !zookeeper_available() {
+        super::common::skipped("ZooKeeper lost create", "no ZooKeeper server");
+        return;
+    }
+    let server = tokio::task::spawn_blocking(ZkServer::start)
+        .await
+        .expect("spawn_blocking")
+        .expect("start ZooKeeper");
+    let proxy = Proxy::start(server.port());
+    let locks = client(&format!("zk://127.0.0.1:{}", proxy.port())).await;
+    let name = "stores:zk:lost-create";
+    let parent = "/dlock:{stores:zk:lost-create}";
+    // The lock's parent node is made first, so the request the test cuts is the child's create.
+    let warm = locks.lock(name).acquire().await.expect("acquire");
+    warm.release().await.expect("release");
+    // The session's one connection: what it sends goes through, what it receives is held.
+    proxy.hold_replies(proxy.accepted() - 1);
+    let acquiring = tokio::spawn({
+        let lock = locks.lock(name);
+        async move { lock.wait(Duration::from_secs(20)).acquire().await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while children_in_dump(&server, parent).is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let made = children_in_dump(&server, parent);
+    assert_eq!(made.len(), 1, "the create never ran on the server: {made:?}");
+    assert!(!acquiring.is_finished(), "the acquire heard a held reply");
+    // The reply dies with the connection; the client opens another one for the same session.
+    tokio::task::block_in_place(|| proxy.kill_all());
+    let guard = acquiring
+        .await
+        .expect("acquire task")
+        .expect("the lock after the create's reply was lost");
+    assert_eq!(
+        children_in_dump(&server, parent),
+        made,
+        "the lock is held with another child than the one made before the cut"
+    );
+    assert!(!guard.is_lost());
+    guard.release().await.expect("release");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !children_in_dump(&server, parent).is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(children_in_dump(&server, parent), Vec::<String>::new());
+    locks.shutdown().await;
 }

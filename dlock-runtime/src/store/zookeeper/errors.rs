@@ -90,6 +90,13 @@ impl ZkError {
         }
     }
 
+    /// The connection broke while the session lives (ZooKeeper's `ConnectionLoss`): the client
+    /// connects again by itself, to this server or another, and the request may or may not
+    /// have run.
+    pub(crate) fn is_connection_loss(&self) -> bool {
+        matches!(&self.cause, Cause::Client(Error::ConnectionLoss))
+    }
+
     /// The server said "not now": nothing ran.
     pub(crate) fn is_not_now(&self) -> bool {
         matches!(

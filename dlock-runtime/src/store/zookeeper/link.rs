@@ -101,6 +101,10 @@ impl Recipe {
 /// answers "held" and the waiter looks again when woken or after its lease.
 const LOOKS: usize = 8;
 
+/// Attempts one acquire makes when the connection breaks under it while the session lives:
+/// each waits for the client to be connected again, all within one response timeout.
+const TRIES_ON_CONNECTION_LOSS: usize = 3;
+
 /// The kinds this store offers, by `LockKind::id`: the plain lock and the fair lock are both
 /// Curator's mutex (first come, first served by construction); the read-write lock's sides
 /// are Curator's read-write lock.
@@ -152,7 +156,39 @@ impl ZkLink {
     /// Takes the lock for `claim.owner` (or one more hold of it, `reentry`): `(count, token)`
     /// when held, `(0, -1)` while another owner holds it (this owner's child stays in line,
     /// and the child before it is watched: its change wakes the waiter's channel).
+    ///
+    /// A connection that breaks under the attempt while the session lives (a server killed or
+    /// restarted, a leader change, a dropped link) is ridden out here, as Curator's retry loop
+    /// does: once the client is connected again (within the response timeout), the attempt
+    /// runs again, and a create whose reply was lost is found by its protected name
+    /// (`adopt`). Without this, an attempt cut between its create and its watch would fail
+    /// before any "held" answer, and the machinery gives such a failure to the caller at once,
+    /// whatever the wait: right for a store that is down, wrong for a blip ZooKeeper's client
+    /// repairs in milliseconds.
     pub(crate) async fn acquire(
+        &self,
+        kind: &dyn LockKind,
+        claim: &Claim,
+        reentry: Option<&str>,
+    ) -> Result<(i64, i64), ZkError> {
+        let until = tokio::time::Instant::now() + self.store.response_timeout;
+        let mut tries = 1;
+        loop {
+            match self.acquire_once(kind, claim, reentry).await {
+                Err(e)
+                    if e.is_connection_loss()
+                        && tries < TRIES_ON_CONNECTION_LOSS
+                        && self.store.reconnected(until).await =>
+                {
+                    tracing::debug!(lock = %claim.name, error = %e, "dlock: ZooKeeper connection lost during an acquire; trying again on the new connection");
+                    tries += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn acquire_once(
         &self,
         kind: &dyn LockKind,
         claim: &Claim,

@@ -118,6 +118,24 @@ impl ZkStore {
         self.client()
     }
 
+    /// Waits (until `until`) for the session's client to be connected again after its
+    /// connection broke: true once it is, false if the session ended or time ran out.
+    pub(crate) async fn reconnected(&self, until: tokio::time::Instant) -> bool {
+        let mut watcher = self.client().state_watcher();
+        let mut state = watcher.state();
+        loop {
+            match state {
+                SessionState::SyncConnected | SessionState::ConnectedReadOnly => return true,
+                SessionState::Disconnected => {}
+                _ => return false,
+            }
+            match tokio::time::timeout_at(until, watcher.changed()).await {
+                Ok(next) => state = next,
+                Err(_) => return false,
+            }
+        }
+    }
+
     /// The session timeout the ensemble granted.
     pub(crate) fn session_timeout(&self) -> Duration {
         self.client().session_timeout()
