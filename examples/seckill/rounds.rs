@@ -68,5 +68,6 @@ fn letter(strategy: Strategy) -> char {
         Strategy::D => 'd',
         Strategy::E => 'e',
         Strategy::F => 'f',
+        Strategy::G => 'g',
     }
 }

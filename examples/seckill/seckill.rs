@@ -10,6 +10,9 @@
 //! # the stock in a PostgreSQL table and the locks in dlock's PostgreSQL store (starts a
 //! # temporary PostgreSQL server unless PG_URL is set)
 //! cargo run --release --features seckill/postgres --example seckill -- --store postgres
+//! # the stock in ZooKeeper nodes and the locks in dlock's ZooKeeper store (starts a temporary
+//! # ZooKeeper server unless ZK_URL is set)
+//! cargo run --release --features seckill/zookeeper --example seckill -- --store zookeeper
 //! ```
 //!
 //! (a) no lock: read the stock, check it, write it back: the code many tutorials start from.
@@ -29,6 +32,12 @@
 //!     decrement in one statement, under PostgreSQL's own row lock, no distributed lock: what a
 //!     PostgreSQL user writes first, and the baseline a lock kept in the same server has to
 //!     justify itself against.
+//!
+//! With `--store zookeeper` the stock is a node's data and (a), (b) and (c) are the same code
+//! over reads and writes of nodes, the locks Curator's mutex recipe in the same ensemble; and
+//! (g) a read of the node with its version, then a write of the decrement only if the version
+//!     is unchanged, read again when another buyer wrote first: ZooKeeper's own compare-and-
+//!     set, what a ZooKeeper user writes without a lock.
 //!
 //! Every strategy runs several rounds (`--rounds`), in an order that rotates from round to
 //! round, each round on a fresh stock; a line per round, then a table of the rounds' median and
@@ -58,6 +67,15 @@ mod rounds;
 mod run;
 #[path = "strategies.rs"]
 mod strategies;
+#[cfg(feature = "zookeeper")]
+#[path = "zk_sale.rs"]
+mod zk_sale;
+#[cfg(feature = "zookeeper")]
+#[path = "zk_stock.rs"]
+mod zk_stock;
+#[cfg(feature = "zookeeper")]
+#[path = "zk_strategies.rs"]
+mod zk_strategies;
 
 use std::future::Future;
 use std::sync::atomic::AtomicBool;
@@ -77,7 +95,7 @@ use support::Db;
 
 #[derive(Parser, Debug)]
 #[command(
-    about = "Flash sale: N buyers race for one hot item under five strategies (four on PostgreSQL)"
+    about = "Flash sale: N buyers race for one hot item under five strategies (four on PostgreSQL or ZooKeeper)"
 )]
 struct Args {
     /// Buyers, each trying to buy one unit once.
@@ -98,16 +116,22 @@ struct Args {
     in_flight: usize,
     /// Which strategies to run: (a) no lock, (b) one lock per item, (c) one lock per segment,
     /// (d) SegmentedStock and (e) a Lua check-and-decrement of one key (Redis only), (f) one
-    /// UPDATE ... WHERE units > 0 (PostgreSQL only). Default: every one the store offers.
+    /// UPDATE ... WHERE units > 0 (PostgreSQL only), (g) a versioned write retried (ZooKeeper
+    /// only). Default: every one the store offers.
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Strategy>,
-    /// Where the stock and the locks live: redis, or postgres (needs `--features seckill/postgres`).
+    /// Where the stock and the locks live: redis, postgres (needs `--features seckill/postgres`)
+    /// or zookeeper (needs `--features seckill/zookeeper`).
     #[arg(long, value_enum, default_value = "redis")]
     store: Store,
     /// With --store postgres: the PostgreSQL to use (stock table `seckill_stock`, dlock's schema
     /// `dlock`); unset: start a temporary PostgreSQL server for this run.
     #[arg(long, env = "PG_URL", hide_env_values = true)]
     pg_url: Option<String>,
+    /// With --store zookeeper: the ensemble to use (`zk://host:port[,host:port][/chroot]`; stock
+    /// nodes under `/seckill-<run>stock`); unset: start a temporary ZooKeeper server for this run.
+    #[arg(long, env = "ZK_URL", hide_env_values = true)]
+    zk_url: Option<String>,
     /// Redis to use; unset: start a temporary redis-server for this run. Ignored with
     /// --cluster.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
@@ -139,12 +163,14 @@ enum Strategy {
     D,
     E,
     F,
+    G,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum Store {
     Redis,
     Postgres,
+    Zookeeper,
 }
 
 impl Args {
@@ -153,6 +179,7 @@ impl Args {
     fn rounds(&self) -> usize {
         self.rounds.unwrap_or(match self.store {
             Store::Postgres => 5,
+            Store::Zookeeper => 5,
             Store::Redis => 9,
         })
     }
@@ -171,8 +198,18 @@ impl Args {
     fn check_store(&self) -> Result<(), String> {
         let named = |s: Strategy| self.only.contains(&s);
         match self.store {
-            Store::Redis if named(Strategy::F) => {
+            Store::Redis | Store::Zookeeper if named(Strategy::F) => {
                 Err("(f) is the PostgreSQL UPDATE: run it with --store postgres".into())
+            }
+            Store::Redis | Store::Postgres if named(Strategy::G) => {
+                Err("(g) is ZooKeeper's versioned write: run it with --store zookeeper".into())
+            }
+            Store::Zookeeper if named(Strategy::D) || named(Strategy::E) => Err(
+                "(d) SegmentedStock and (e) the Lua script are Redis-only: not with --store zookeeper"
+                    .into(),
+            ),
+            Store::Zookeeper if self.cluster => {
+                Err("--cluster is a Redis deployment: not with --store zookeeper".into())
             }
             Store::Postgres if named(Strategy::D) || named(Strategy::E) => Err(
                 "(d) SegmentedStock and (e) the Lua script are Redis-only: not with --store postgres"
@@ -242,6 +279,15 @@ async fn sale(args: &Args) -> i32 {
         #[cfg(not(feature = "postgres"))]
         {
             eprintln!("--store postgres needs the demo built with PostgreSQL: cargo run --release --features seckill/postgres --example seckill -- --store postgres");
+            return 2;
+        }
+    }
+    if args.store == Store::Zookeeper {
+        #[cfg(feature = "zookeeper")]
+        return zk_sale::sale(args, &prefix).await;
+        #[cfg(not(feature = "zookeeper"))]
+        {
+            eprintln!("--store zookeeper needs the demo built with ZooKeeper: cargo run --release --features seckill/zookeeper --example seckill -- --store zookeeper");
             return 2;
         }
     }
@@ -397,7 +443,9 @@ async fn run_strategy(strategy: Strategy, shop: &Shop, meter: &Meter, args: &Arg
         Strategy::A | Strategy::B | Strategy::E => one_key(strategy, shop, meter, args).await,
         Strategy::C => segment_locks(shop, meter, args).await,
         Strategy::D => segmented_stock(shop, meter, args).await,
-        Strategy::F => unreachable!("(f) runs on PostgreSQL only (check_store)"),
+        Strategy::F | Strategy::G => {
+            unreachable!("(f) and (g) run on PostgreSQL and ZooKeeper only (check_store)")
+        }
     }
 }
 

@@ -25,6 +25,11 @@ pub enum BuyError {
     Redis(redis::RedisError),
     #[cfg(feature = "postgres")]
     Postgres(tokio_postgres::Error),
+    #[cfg(feature = "zookeeper")]
+    Zookeeper(zookeeper_client::Error),
+    /// (g) lost this many conditional writes in a row to other buyers.
+    #[cfg(feature = "zookeeper")]
+    Conflicts(usize),
     Unexpected(Take),
 }
 
@@ -47,6 +52,13 @@ impl From<tokio_postgres::Error> for BuyError {
     }
 }
 
+#[cfg(feature = "zookeeper")]
+impl From<zookeeper_client::Error> for BuyError {
+    fn from(e: zookeeper_client::Error) -> Self {
+        BuyError::Zookeeper(e)
+    }
+}
+
 impl std::fmt::Display for BuyError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -54,6 +66,10 @@ impl std::fmt::Display for BuyError {
             BuyError::Redis(e) => e.fmt(f),
             #[cfg(feature = "postgres")]
             BuyError::Postgres(e) => e.fmt(f),
+            #[cfg(feature = "zookeeper")]
+            BuyError::Zookeeper(e) => e.fmt(f),
+            #[cfg(feature = "zookeeper")]
+            BuyError::Conflicts(n) => write!(f, "lost {n} conditional writes in a row; gave up"),
             BuyError::Unexpected(t) => write!(f, "unexpected answer {t:?} to a first attempt"),
         }
     }
