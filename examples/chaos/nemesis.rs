@@ -84,6 +84,9 @@ fn menu(setup: &str) -> &'static [(&'static str, u64)] {
         "zookeeper" => &[
             ("pause", 10),
             ("kill", 8),
+            ("freeze", 10),
+            ("delay", 6),
+            ("cut", 8),
             ("kill_leader", 6),
             ("kill_follower", 6),
             ("pause_leader", 5),

@@ -1,7 +1,7 @@
-//! One loopback TCP proxy per client in front of the single server (or the PostgreSQL
-//! deployment's switch), so the nemesis can partition one client from the store without
-//! touching the others. The proxy itself is the one
-//! the integration tests use (`tests/common/proxy.rs`: freeze, delay replies, cut).
+//! Loopback TCP proxies per client in front of the single server, the PostgreSQL deployment's
+//! switch, or each server of the ZooKeeper ensemble, so the nemesis can partition one client
+//! from the store without touching the others. The proxy itself is the one the integration
+//! tests use (`tests/common/proxy.rs`: freeze, delay replies, cut).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -9,44 +9,62 @@ use std::time::Duration;
 use crate::tcp_proxy::Proxy;
 
 pub struct Proxies {
-    proxies: Vec<Proxy>,
+    /// Per client, one proxy per upstream server.
+    proxies: Vec<Vec<Proxy>>,
 }
 
 impl Proxies {
     /// `count` proxies to `127.0.0.1:upstream_port`.
     pub fn start(count: usize, upstream_port: u16) -> Self {
+        Self::start_each(count, &[upstream_port])
+    }
+
+    /// For each of `count` clients, one proxy to each of `upstream_ports` (an ensemble's
+    /// servers: a client partitioned from one server would only move to another).
+    pub fn start_each(count: usize, upstream_ports: &[u16]) -> Self {
         Proxies {
-            proxies: (0..count).map(|_| Proxy::start(upstream_port)).collect(),
+            proxies: (0..count)
+                .map(|_| upstream_ports.iter().map(|p| Proxy::start(*p)).collect())
+                .collect(),
         }
     }
 
-    /// The port client `id` connects to.
+    /// The port client `id` connects to (its proxy to the first upstream).
     pub fn port(&self, id: usize) -> u16 {
-        self.proxies[id].port()
+        self.proxies[id][0].port()
+    }
+
+    /// Client `id`'s ports, one per upstream, in the upstreams' order.
+    pub fn ports(&self, id: usize) -> Vec<u16> {
+        self.proxies[id].iter().map(Proxy::port).collect()
     }
 
     /// The Redis URL client `id` connects to.
     pub fn url(&self, id: usize) -> String {
-        self.proxies[id].url()
+        self.proxies[id][0].url()
     }
 
     /// Holds every byte both ways on client `id`'s connections, closing nothing.
     pub fn freeze(&self, id: usize) {
-        self.proxies[id].freeze();
+        self.proxies[id].iter().for_each(Proxy::freeze);
     }
 
     pub fn thaw(&self, id: usize) {
-        self.proxies[id].thaw();
+        self.proxies[id].iter().for_each(Proxy::thaw);
     }
 
     /// Delays every reply to client `id` by `delay` (ZERO ends it).
     pub fn delay(&self, id: usize, delay: Duration) {
-        self.proxies[id].delay_replies(delay);
+        for p in &self.proxies[id] {
+            p.delay_replies(delay);
+        }
     }
 
-    /// Closes every connection of client `id`; false if the proxy could not close them in
+    /// Closes every connection of client `id`; false if a proxy could not close them in
     /// time (it panics then, which must not take the nemesis down).
     pub fn cut(&self, id: usize) -> bool {
-        catch_unwind(AssertUnwindSafe(|| self.proxies[id].kill_all())).is_ok()
+        self.proxies[id]
+            .iter()
+            .all(|p| catch_unwind(AssertUnwindSafe(|| p.kill_all())).is_ok())
     }
 }

@@ -135,6 +135,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let proxies = match &deployment {
         Deployment::Single(s, _) => Some(Proxies::start(args.clients, s.port())),
         Deployment::Postgres(pg) => Some(Proxies::start(args.clients, pg.switch.port())),
+        Deployment::Zookeeper(zk) => Some(Proxies::start_each(args.clients, &zk.ports())),
         _ => None,
     };
     let flavours = flavours(args.seed, args.clients, args.topology, args.store);
@@ -145,7 +146,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             .map(|id| match (&proxies, args.store) {
                 (Some(p), Store::Postgres) => vec![PgDeployment::client_url(p.port(id), id)],
                 (Some(p), Store::Redis) => vec![p.url(id)],
-                (Some(_), Store::Zookeeper) => deployment.urls(),
+                (Some(p), Store::Zookeeper) => vec![crate::zk::ZkDeployment::client_url(&p.ports(id))],
                 (None, _) => deployment.urls(),
             })
             .collect();

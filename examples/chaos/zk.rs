@@ -1,5 +1,6 @@
 //! The ZooKeeper deployment (`--store zookeeper`): a 3-server ensemble, every client given all
-//! three; its faults (the leader or a follower killed and restarted, the leader frozen past the
+//! three through proxies of its own (`freeze`, `delay` and `cut` partition one client from the
+//! whole ensemble); its faults (the leader or a follower killed and restarted, the leader frozen past the
 //! followers' patience, the whole ensemble restarted) and the lock nodes a run leaves behind.
 
 use std::io;
@@ -27,6 +28,17 @@ impl ZkDeployment {
 
     pub fn url(&self) -> String {
         self.ensemble.url()
+    }
+
+    /// The servers' client ports, in the ensemble's order.
+    pub fn ports(&self) -> Vec<u16> {
+        (0..self.ensemble.len()).map(|i| self.ensemble.port(i)).collect()
+    }
+
+    /// The URL a client connects with through its proxies (one per server, at `ports`).
+    pub fn client_url(ports: &[u16]) -> String {
+        let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        format!("zk://{}", hosts.join(","))
     }
 
     /// SIGKILL of the leader (`leader`) or of a follower, and its restart `length` later; the
