@@ -294,16 +294,19 @@ async fn open(
     };
     #[cfg(feature = "zookeeper-tls")]
     if let Some(tls) = tls {
-        // The client says only that no host could be reached; the handshake says why.
+        // The client says only that no host could be reached; the handshake says why, in
+        // what is left of the connect timeout (nothing is left when the servers were silent
+        // all along, and then a handshake would learn nothing more).
         let left = connect_timeout.saturating_sub(started.elapsed());
-        let within = left.max(Duration::from_millis(500)).min(connect_timeout);
-        let (tls, hosts) = (tls.clone(), url.connect_string.clone());
-        let why = tokio::task::spawn_blocking(move || super::tls::diagnose(&tls, &hosts, within))
-            .await
-            .ok()
-            .flatten();
-        if let Some(why) = why {
-            return Err(ZkError::refused(doing, why));
+        if left >= Duration::from_millis(100) {
+            let (tls, hosts) = (tls.clone(), url.connect_string.clone());
+            let why = tokio::task::spawn_blocking(move || super::tls::diagnose(&tls, &hosts, left))
+                .await
+                .ok()
+                .flatten();
+            if let Some(why) = why {
+                return Err(ZkError::refused(doing, why));
+            }
         }
     }
     let _ = (started, secure);

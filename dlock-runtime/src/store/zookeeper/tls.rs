@@ -196,13 +196,14 @@ pub(crate) fn diagnose(tls: &ZkTls, connect_string: &str, within: Duration) -> O
 
 /// One handshake with `address`, checking its certificate for `host`; then a short read, in
 /// which a server that wants a client certificate (TLS 1.3 says so only after the client's
-/// side of the handshake) sends its alert.
+/// side of the handshake) sends its alert. Every step is bounded by what is left of `within`.
 fn handshake(
     config: &Arc<ClientConfig>,
     host: &str,
     address: &str,
     within: Duration,
 ) -> Result<(), String> {
+    let deadline = Instant::now() + within;
     let name = ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
     let mut conn = ClientConnection::new(config.clone(), name).map_err(|e| e.to_string())?;
     let socket_address = address
@@ -212,16 +213,26 @@ fn handshake(
         .ok_or("it resolves to no address")?;
     let mut socket = TcpStream::connect_timeout(&socket_address, within)
         .map_err(|e| format!("cannot connect: {e}"))?;
-    let _ = socket.set_read_timeout(Some(within));
-    let _ = socket.set_write_timeout(Some(within));
+    // Sets the socket's timeouts to what is left (at most `cap`); `false` once nothing is.
+    let bound = |socket: &TcpStream, cap: Duration| {
+        let left = deadline.saturating_duration_since(Instant::now()).min(cap);
+        !left.is_zero()
+            && socket.set_read_timeout(Some(left)).is_ok()
+            && socket.set_write_timeout(Some(left)).is_ok()
+    };
     while conn.is_handshaking() {
+        if !bound(&socket, within) {
+            return Err("the server did not finish the TLS handshake in time".into());
+        }
         if let Err(e) = conn.complete_io(&mut socket) {
             return Err(explain(&e));
         }
     }
     // Whatever the server says next: an alert, or nothing for a while (it waits for the
     // session request): that is a handshake it took.
-    let _ = socket.set_read_timeout(Some(within.min(Duration::from_secs(1))));
+    if !bound(&socket, Duration::from_secs(1)) {
+        return Ok(());
+    }
     match conn.complete_io(&mut socket) {
         Ok(_) => {}
         Err(e)
