@@ -233,6 +233,51 @@ async fn a_server_that_needs_a_client_certificate_refuses_a_client_without_one()
     guard.release().await.expect("release");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_reconnects_over_tls_after_a_server_restart() {
+    if !zookeeper_or_skip("ZooKeeper TLS, restart") {
+        return;
+    }
+    let mut server = tokio::task::spawn_blocking(|| start(ZkTls::new()))
+        .await
+        .expect("spawn_blocking");
+    let url = server.tls_url().expect("a TLS port");
+    let client = builder(&server, &url, read(server.ca_cert()), true)
+        .build()
+        .await
+        .expect("connect over TLS");
+    let guard = client
+        .lock("stores:zk:tls:restart")
+        .acquire()
+        .await
+        .expect("acquire");
+    guard.release().await.expect("release");
+    let server = tokio::task::spawn_blocking(move || {
+        server.kill();
+        server
+            .restart()
+            .expect("restart ZooKeeper with its TLS port");
+        server
+    })
+    .await
+    .expect("spawn_blocking");
+    // The same session (30 s) on a new connection, which only TLS can open at that port.
+    let guard = (client.lock("stores:zk:tls:restart"))
+        .wait(Duration::from_secs(15))
+        .acquire()
+        .await
+        .expect("acquire after the restart");
+    guard.release().await.expect("release");
+    let log = std::fs::read_to_string(server.log_path()).unwrap_or_default();
+    let shown = log
+        .matches("Authenticated Id 'CN=dlock test client' for Scheme 'x509'")
+        .count();
+    assert!(
+        shown >= 2,
+        "{shown} connections authenticated by certificate:\n{log}"
+    );
+}
+
 #[tokio::test]
 async fn tls_settings_that_cannot_work_are_refused_by_name() {
     let pem = b"-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n".to_vec();
