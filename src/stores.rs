@@ -9,7 +9,8 @@
 //! ([`LockClient::sentinel_builder`](crate::LockClient::sentinel_builder)). With the `postgres`
 //! cargo feature, `postgres://` and `postgresql://` keep them in PostgreSQL
 //! (`LockClient::connect("postgres://app@db:5432/app")`), and with the `zookeeper` feature
-//! `zk://host:2181,host:2181,host:2181/chroot` keeps them in a ZooKeeper ensemble; without the
+//! `zk://host:2181,host:2181,host:2181/chroot` keeps them in a ZooKeeper ensemble (over TLS:
+//! `zk+tls://`, with the `zookeeper-tls` feature; see "ZooKeeper"); without the
 //! feature nothing of a store is compiled, and its URL is refused when the client is built,
 //! naming the feature to turn on.
 //!
@@ -131,9 +132,26 @@
 //!   go in one at a time, in order, and only the head watches the leases); dlock also keeps the
 //!   permit count as the node's data while it lives, so dlock clients that disagree on it are
 //!   told (Curator keeps no count: its clients must agree by convention). Refused at the
-//!   acquire naming the store and the kind: the Redisson kinds; `SegmentedStock` and `synced_replicas` are Redis's. Not yet: TLS
-//!   (refused by name; the ZooKeeper client's TLS builds another crypto provider), the
+//!   acquire naming the store and the kind: the Redisson kinds; `SegmentedStock` and `synced_replicas` are Redis's. Not yet: the
 //!   inspector.
+//! * **TLS** (feature `zookeeper-tls`): `zk+tls://host:2281,host:2281/chroot`, to the servers'
+//!   `secureClientPort`, every host over TLS (rustls). The CA that signed the servers'
+//!   certificates is required, given with
+//!   [`tls_root_certificates`](crate::LockClientBuilder::tls_root_certificates) (ZooKeeper
+//!   deployments sign with their own CA; the system's trust store is not read). A client
+//!   certificate and key, which ZooKeeper's servers require by default (`ssl.clientAuth=need`),
+//!   go with [`tls_client_certificate`](crate::LockClientBuilder::tls_client_certificate).
+//!   Host names are always checked against the certificate's subjectAltName (ZooKeeper's own
+//!   client checks them too, by default): the Rust client turns the check off only through an
+//!   `unsafe fn`, and dlock forbids unsafe code. A refused handshake is an error naming the
+//!   server and why (another CA, another host name, no TLS at that port, a client certificate
+//!   wanted), within the connect timeout. The feature is separate from `zookeeper` because the
+//!   ZooKeeper client's TLS compiles rustls's aws-lc-rs provider beside dlock's ring (AWS-LC's
+//!   C sources: no cmake needed, a few minutes of CPU once); with two providers rustls picks
+//!   none by itself, so dlock installs ring as rustls's process default when a client connects,
+//!   unless the application installed one before (then that one is used, by dlock's Redis and
+//!   ZooKeeper TLS alike). An application that builds rustls configs of its own with
+//!   `ClientConfig::builder()` before its first dlock client should install one at start.
 //! * **Authentication**: `zk://user:password@host:2181` sends ZooKeeper's digest scheme on
 //!   every connect; the children are created with the open ACL, as Curator's default is.
 //! * **Versions**: ZooKeeper 3.8 (Debian 12's 3.8.0), as CI checks it: `tests/stores` runs the

@@ -29,6 +29,11 @@ use crate::args::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before any TLS config is built (see Cargo.toml); an application default would win, but
+    // this binary installs none other.
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -29,3 +29,6 @@ mod stock;
 mod tls;
 mod waking;
 mod zookeeper;
+// `zk+tls://`: only in a build with TLS to ZooKeeper (CI's `--all-features`).
+#[cfg(feature = "zookeeper-tls")]
+mod zookeeper_tls;

@@ -126,8 +126,26 @@ impl LockClientBuilder {
     /// `sslrootcert`: with `sslmode=verify-ca` or `verify-full` (their absence means the system's
     /// trust store), and `require` or `prefer`, which then check the chain too, as libpq does
     /// with a root certificate (see the crate docs, "Stores"). Refused with `sslmode=disable`.
+    ///
+    /// For a `zk+tls://` ZooKeeper store (feature `zookeeper-tls`), the only roots its servers'
+    /// certificates are checked against, and required there: the servers of a ZooKeeper
+    /// ensemble are signed by the deployment's own CA, so the system's trust store is not read.
     pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.settings.tls_root = Some(pem.into());
+        self
+    }
+
+    /// The certificate (PEM, the client's first, then any intermediates) and its unencrypted
+    /// private key (PEM: PKCS#8, PKCS#1 or SEC1) this client shows a server that asks for
+    /// one. For a `zk+tls://` ZooKeeper store (feature `zookeeper-tls`), whose servers ask by
+    /// default (`ssl.clientAuth=need`) and check it against their trust store. Refused for
+    /// the other stores (not offered there yet) and with a plain `zk://` URL.
+    pub fn tls_client_certificate(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.settings.tls_client_cert = Some((cert_pem.into(), key_pem.into()));
         self
     }
 
@@ -264,7 +282,9 @@ impl LockClient {
     /// Starts a builder for a client of one Redis server (`redis://host:port/db`,
     /// `redis://user:password@host:port`; `rediss://` for TLS), or, with the `postgres`
     /// feature, of a PostgreSQL server (`postgres://user:password@host:port/db`;
-    /// `?sslmode=verify-full` and the rest of libpq's TLS modes, see the crate docs, "Stores").
+    /// `?sslmode=verify-full` and the rest of libpq's TLS modes, see the crate docs, "Stores"),
+    /// or, with the `zookeeper` feature, of a ZooKeeper ensemble (`zk://host:port,host:port/chroot`;
+    /// `zk+tls://` for TLS with the `zookeeper-tls` feature, see `dlock::stores`).
     pub fn builder(url: impl Into<String>) -> LockClientBuilder {
         LockClientBuilder::new(Target::Single(url.into()))
     }

@@ -93,8 +93,7 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// Opens the connections of the builder's deployment and starts the background work.
-    pub(crate) async fn connect(b: Settings) -> Result<Arc<Self>, LockError> {
+    async fn connect_store(b: Settings) -> Result<Arc<Self>, LockError> {
         #[cfg(feature = "postgres")]
         if let Target::Single(url) = &b.target {
             if is_postgres_url(url) {
@@ -112,6 +111,17 @@ impl Shared {
         Self::connect_redis(b).await
     }
 
+    /// Opens the connections of the builder's deployment and starts the background work.
+    ///
+    /// With the `zookeeper-tls` feature rustls has two crypto providers compiled in (see
+    /// `store/zookeeper/tls.rs`) and picks none by itself: ring is made the process default
+    /// first, whatever the store, since redis-rs builds its `rediss://` config the same way.
+    pub(crate) async fn connect(b: Settings) -> Result<Arc<Self>, LockError> {
+        #[cfg(feature = "zookeeper-tls")]
+        crate::store::zookeeper::tls::ensure_provider();
+        Self::connect_store(b).await
+    }
+
     /// [`Shared::connect`] to ZooKeeper: one session for every request and watch of the
     /// client, a new one when the server expires it.
     #[cfg(feature = "zookeeper")]
@@ -121,6 +131,8 @@ impl Shared {
         let parsed = crate::store::zookeeper::url::parse(raw_url).map_err(|why| {
             LockError::invalid("", format!("cannot read the ZooKeeper URL {url}: {why}"))
         })?;
+        let tls = zookeeper_tls(&b, parsed.tls)
+            .map_err(|why| LockError::invalid("", format!("{why} (ZooKeeper URL {url})")))?;
         let client_id = format!("{:032x}", rand::random::<u128>());
         let bg = Background::start(&client_id).map_err(|e| {
             LockError::invalid("", format!("cannot start the client's thread: {e}"))
@@ -128,6 +140,7 @@ impl Shared {
         let stop = CancellationToken::new();
         let store = ZkStore::connect(
             parsed,
+            tls,
             b.zookeeper_session_timeout,
             b.connect_timeout,
             b.response_timeout,
@@ -754,5 +767,31 @@ impl std::fmt::Debug for Shared {
             .field("url", &self.url)
             .field("client_id", &self.client_id)
             .finish_non_exhaustive()
+    }
+}
+
+/// A `zk+tls://` client's TLS settings from the builder's (`None` for `zk://`); the settings'
+/// validation has refused TLS without the `zookeeper-tls` feature and without roots.
+#[cfg(feature = "zookeeper")]
+fn zookeeper_tls(
+    b: &Settings,
+    asked: bool,
+) -> Result<Option<crate::store::zookeeper::store::Tls>, String> {
+    if !asked {
+        return Ok(None);
+    }
+    #[cfg(feature = "zookeeper-tls")]
+    {
+        let ca = b.tls_root.as_deref().unwrap_or_default();
+        let identity = b
+            .tls_client_cert
+            .as_ref()
+            .map(|(cert, key)| (cert.as_slice(), key.as_slice()));
+        crate::store::zookeeper::tls::ZkTls::new(ca, identity).map(Some)
+    }
+    #[cfg(not(feature = "zookeeper-tls"))]
+    {
+        let _ = b;
+        Err("a zk+tls:// URL needs dlock's `zookeeper-tls` cargo feature".into())
     }
 }

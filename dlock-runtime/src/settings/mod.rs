@@ -118,6 +118,9 @@ pub(crate) struct Settings {
     /// PEM root certificate(s) to trust for `rediss://` instead of the system's, and for a
     /// PostgreSQL store's TLS (see `postgres_tls.rs` for what each `sslmode` does with them).
     pub(crate) tls_root: Option<Vec<u8>>,
+    /// PEM certificate chain and private key this client shows a server that asks for one
+    /// (ZooKeeper's `ssl.clientAuth`); a `zk+tls://` target only for now.
+    pub(crate) tls_client_cert: Option<(Vec<u8>, Vec<u8>)>,
     /// ACL user and password for a sentinel-managed primary (the sentinels' own are in their
     /// URLs).
     pub(crate) master_auth: (Option<String>, Option<String>),
@@ -142,10 +145,17 @@ pub(crate) struct Settings {
 /// default lease of the other stores, so a crashed holder's lock frees in about the same time.
 pub(crate) const DEFAULT_ZOOKEEPER_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Whether `url` names a ZooKeeper ensemble (`zk://`).
+/// Whether `url` names a ZooKeeper ensemble (`zk://`, or `zk+tls://` over TLS).
 pub(crate) fn is_zookeeper_url(url: &str) -> bool {
+    url.split_once("://").is_some_and(|(scheme, _)| {
+        scheme.eq_ignore_ascii_case("zk") || scheme.eq_ignore_ascii_case("zk+tls")
+    })
+}
+
+/// Whether `url` asks a ZooKeeper ensemble for TLS (`zk+tls://`).
+pub(crate) fn is_zookeeper_tls_url(url: &str) -> bool {
     url.split_once("://")
-        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("zk"))
+        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("zk+tls"))
 }
 
 /// The schema of a PostgreSQL store unless the builder names another.
@@ -175,6 +185,7 @@ impl Settings {
                 window: DEFAULT_HANDOFF_WINDOW,
             },
             tls_root: None,
+            tls_client_cert: None,
             master_auth: (None, None),
             functions: true,
             client_name: holder::default_client_name(),
@@ -195,8 +206,22 @@ impl Settings {
         if self.sync.is_some() {
             return bad("synced_replicas is a Redis setting (WAIT); ZooKeeper commits every write to a quorum before it answers".into());
         }
-        if self.tls_root.is_some() {
-            return bad("tls_root_certificates: TLS to ZooKeeper is not offered yet (the ZooKeeper client's TLS needs another crypto provider than dlock's ring); use a zk:// URL on a trusted network".into());
+        let tls = matches!(&self.target, Target::Single(url) if is_zookeeper_tls_url(url));
+        if tls && !cfg!(feature = "zookeeper-tls") {
+            return bad("a zk+tls:// URL needs dlock's `zookeeper-tls` cargo feature (features = [\"zookeeper-tls\"] on the dlock-redis dependency)".into());
+        }
+        if !tls && (self.tls_root.is_some() || self.tls_client_cert.is_some()) {
+            let setting = if self.tls_root.is_some() {
+                "tls_root_certificates"
+            } else {
+                "tls_client_certificate"
+            };
+            return bad(format!("{setting} is for TLS, and a zk:// URL connects without it: write zk+tls:// (feature `zookeeper-tls`) for the servers' secureClientPort"));
+        }
+        if tls && self.tls_root.is_none() {
+            // ZooKeeper's servers are signed by a deployment's own CA, not a public one: the
+            // system's trust store is not read (the client takes only PEM roots).
+            return bad("a zk+tls:// URL needs tls_root_certificates: the PEM CA certificate(s) that signed the servers' certificates".into());
         }
         if self.prefix.contains('\0') {
             // A lock's node path writes NUL as `%00` (ZooKeeper refuses it in a name): that
@@ -281,6 +306,10 @@ impl Settings {
             Target::Single(url) if is_postgres_url(url) => self.validate_postgres()?,
             Target::Single(url) if is_zookeeper_url(url) => self.validate_zookeeper()?,
             _ => {}
+        }
+        let zookeeper = matches!(&self.target, Target::Single(url) if is_zookeeper_url(url));
+        if self.tls_client_cert.is_some() && !zookeeper {
+            return bad("tls_client_certificate is offered for zk+tls:// URLs only (not yet for Redis or PostgreSQL)".into());
         }
         if self.handoff.limit > MAX_HANDOFFS {
             return bad(format!(
@@ -386,6 +415,7 @@ impl std::fmt::Debug for Settings {
             .field("local_handoffs", &self.handoff.limit)
             .field("local_handoff_window", &self.handoff.window)
             .field("tls_root_certificates", &self.tls_root.is_some())
+            .field("tls_client_certificate", &self.tls_client_cert.is_some())
             .field("master_user", &self.master_auth.0)
             .field("postgres_schema", &self.postgres_schema)
             .field(

@@ -22,6 +22,7 @@ pub(crate) fn scheme_problem(url: &str, postgres_too: bool) -> Option<String> {
             list.push("postgres://".into());
             list.push("postgresql://".into());
             list.push("zk://".into());
+            list.push("zk+tls://".into());
         }
         list.join(", ")
     };
@@ -34,7 +35,11 @@ pub(crate) fn scheme_problem(url: &str, postgres_too: bool) -> Option<String> {
     };
     let lower = scheme.to_ascii_lowercase();
     let known = REDIS_SCHEMES.contains(&lower.as_str())
-        || (postgres_too && (lower == "postgres" || lower == "postgresql" || lower == "zk"));
+        || (postgres_too
+            && (lower == "postgres"
+                || lower == "postgresql"
+                || lower == "zk"
+                || lower == "zk+tls"));
     (!known).then(|| {
         format!(
             "the URL `{}` has the scheme `{scheme}`; dlock takes {}",

@@ -94,4 +94,4 @@ pub use options::{Persistence, RedisServerBuilder};
 pub use postgres::{postgres_available, PgServer, PgServerBuilder};
 pub use sentinel::RedisSentinel;
 pub use server::{supports_tls, RedisServer};
-pub use zookeeper::{zookeeper_available, zookeeper_version, ZkEnsemble, ZkServer};
+pub use zookeeper::{zookeeper_available, zookeeper_version, ZkEnsemble, ZkServer, ZkTls};

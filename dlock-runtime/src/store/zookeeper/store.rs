@@ -43,11 +43,20 @@ pub(crate) struct Owned {
     pub(crate) watched: Option<String>,
 }
 
+/// A `zk+tls://` client's TLS settings. Without the `zookeeper-tls` feature there are none: the
+/// settings refuse a `zk+tls://` URL before a store is opened.
+#[cfg(feature = "zookeeper-tls")]
+pub(crate) type Tls = super::tls::ZkTls;
+#[cfg(not(feature = "zookeeper-tls"))]
+pub(crate) type Tls = std::convert::Infallible;
+
 /// Bound on reopening a session after the server expired the last one.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 pub(crate) struct ZkStore {
     url: ZkUrl,
+    /// TLS to every host (a `zk+tls://` URL), on every session opened.
+    tls: Option<Tls>,
     asked_timeout: Duration,
     connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
@@ -65,15 +74,17 @@ impl ZkStore {
     /// starts following it: a session the server expired is replaced, until `stop`.
     pub(crate) async fn connect(
         url: ZkUrl,
+        tls: Option<Tls>,
         session_timeout: Duration,
         connect_timeout: Duration,
         response_timeout: Duration,
         rt: &Handle,
         stop: CancellationToken,
     ) -> Result<Arc<Self>, ZkError> {
-        let client = open(&url, session_timeout, connect_timeout, rt).await?;
+        let client = open(&url, tls.as_ref(), session_timeout, connect_timeout, rt).await?;
         let store = Arc::new(ZkStore {
             url,
+            tls,
             asked_timeout: session_timeout,
             connect_timeout,
             response_timeout,
@@ -248,33 +259,76 @@ pub(crate) async fn delete_child(
 }
 
 /// Opens a session: the client's session task runs on `rt`, the runtime it is spawned from.
+/// With `tls`, over TLS to every host; a failed handshake is repeated to say why (`tls.rs`),
+/// within what is left of the connect timeout.
 async fn open(
     url: &ZkUrl,
+    tls: Option<&Tls>,
     session_timeout: Duration,
     connect_timeout: Duration,
     rt: &Handle,
 ) -> Result<Client, ZkError> {
     let (connect_string, digest) = (url.connect_string.clone(), url.digest.clone());
-    let doing = format!("opening a session to {}", url.connect_string);
-    let opened = rt.spawn(async move {
-        let mut connector = Client::connector()
-            .with_session_timeout(session_timeout)
-            .with_connection_timeout(connect_timeout.min(session_timeout))
-            .with_fail_eagerly();
-        if let Some(d) = digest {
-            connector = connector.with_auth("digest", d.as_bytes());
-        }
-        tokio::time::timeout(connect_timeout, connector.connect(&connect_string)).await
-    });
-    match opened.await {
-        Ok(Ok(Ok(client))) => Ok(client),
-        Ok(Ok(Err(e))) => Err(ZkError::client(doing, e)),
-        Ok(Err(_)) => Err(ZkError::timeout(doing)),
-        Err(e) => Err(ZkError::refused(
-            doing,
-            format!("the client's thread failed: {e}"),
-        )),
+    let doing = match tls {
+        Some(_) => format!("opening a session to {} over TLS", url.connect_string),
+        None => format!("opening a session to {}", url.connect_string),
+    };
+    let started = tokio::time::Instant::now();
+    let mut connector = Client::connector()
+        .with_session_timeout(session_timeout)
+        .with_connection_timeout(connect_timeout.min(session_timeout))
+        .with_fail_eagerly();
+    if let Some(d) = digest {
+        connector = connector.with_auth("digest", d.as_bytes());
     }
+    #[cfg(feature = "zookeeper-tls")]
+    if let Some(tls) = tls {
+        super::tls::check_hosts(&connect_string).map_err(|why| ZkError::refused(&doing, why))?;
+        // Before the client builds its rustls config (see `tls.rs`).
+        super::tls::ensure_provider();
+        connector = connector.with_tls(tls.options().map_err(|why| ZkError::refused(&doing, why))?);
+    }
+    let secure = tls.is_some();
+    let opened = rt.spawn(async move {
+        let connecting = async move {
+            #[cfg(feature = "zookeeper-tls")]
+            if secure {
+                return connector.secure_connect(&connect_string).await;
+            }
+            connector.connect(&connect_string).await
+        };
+        tokio::time::timeout(connect_timeout, connecting).await
+    });
+    let failed = match opened.await {
+        Ok(Ok(Ok(client))) => return Ok(client),
+        Ok(Ok(Err(e))) => ZkError::client(&doing, e),
+        Ok(Err(_)) => ZkError::timeout(&doing),
+        Err(e) => {
+            return Err(ZkError::refused(
+                doing,
+                format!("the client's thread failed: {e}"),
+            ))
+        }
+    };
+    #[cfg(feature = "zookeeper-tls")]
+    if let Some(tls) = tls {
+        // The client says only that no host could be reached; the handshake says why, in
+        // what is left of the connect timeout (nothing is left when the servers were silent
+        // all along, and then a handshake would learn nothing more).
+        let left = connect_timeout.saturating_sub(started.elapsed());
+        if left >= Duration::from_millis(100) {
+            let (tls, hosts) = (tls.clone(), url.connect_string.clone());
+            let why = tokio::task::spawn_blocking(move || super::tls::diagnose(&tls, &hosts, left))
+                .await
+                .ok()
+                .flatten();
+            if let Some(why) = why {
+                return Err(ZkError::refused(doing, why));
+            }
+        }
+    }
+    let _ = (started, secure);
+    Err(failed)
 }
 
 /// Follows the session: when the server expires it (or refuses its authentication), opens a
@@ -310,7 +364,15 @@ async fn follow_session(store: Weak<ZkStore>, stop: CancellationToken) {
         }
         loop {
             let Some(s) = store.upgrade() else { return };
-            match open(&s.url, s.asked_timeout, s.connect_timeout, &s.rt).await {
+            match open(
+                &s.url,
+                s.tls.as_ref(),
+                s.asked_timeout,
+                s.connect_timeout,
+                &s.rt,
+            )
+            .await
+            {
                 Ok(client) => {
                     *s.client.write().unwrap_or_else(|e| e.into_inner()) = client;
                     s.replaced.notify_waiters();

@@ -1,4 +1,5 @@
-//! A `zk://` URL: `zk://[user:password@]host:port[,host:port...][/chroot]`.
+//! A `zk://` URL: `zk://[user:password@]host:port[,host:port...][/chroot]`; `zk+tls://` the
+//! same over TLS to every host (feature `zookeeper-tls`, `tls.rs`).
 
 /// What a `zk://` URL names.
 #[derive(Clone, Debug)]
@@ -7,15 +8,18 @@ pub(crate) struct ZkUrl {
     pub(crate) connect_string: String,
     /// Digest authentication (`user:password`), sent on every (re)connect.
     pub(crate) digest: Option<String>,
+    /// `zk+tls://`: TLS to every host.
+    pub(crate) tls: bool,
 }
 
 /// Parses `url`; the error says what is wrong with it (never the password).
 pub(crate) fn parse(url: &str) -> Result<ZkUrl, String> {
+    let tls = crate::settings::is_zookeeper_tls_url(url);
     let rest = url
         .split_once("://")
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("zk"))
+        .filter(|(scheme, _)| tls || scheme.eq_ignore_ascii_case("zk"))
         .map(|(_, rest)| rest)
-        .ok_or("not a zk:// URL")?;
+        .ok_or("not a zk:// or zk+tls:// URL")?;
     // The chroot starts at the first `/` after the hosts; user info ends at the last `@`
     // before it (a password may hold `@`).
     let (authority, chroot) = match rest.find('/') {
@@ -41,6 +45,7 @@ pub(crate) fn parse(url: &str) -> Result<ZkUrl, String> {
     Ok(ZkUrl {
         connect_string: format!("{hosts}{chroot}"),
         digest: digest.map(str::to_owned),
+        tls,
     })
 }
 
@@ -53,6 +58,11 @@ mod tests {
         let u = parse("zk://a:1,b:2/app/locks/").unwrap();
         assert_eq!(u.connect_string, "a:1,b:2/app/locks");
         assert!(u.digest.is_none());
+        assert!(!u.tls);
+        let u = parse("ZK+TLS://a:1/app").unwrap();
+        assert_eq!(u.connect_string, "a:1/app");
+        assert!(u.tls);
+        assert!(parse("zks://a:1").unwrap_err().contains("zk+tls://"));
         let u = parse("zk://me:p@ss@a:1").unwrap();
         assert_eq!(u.connect_string, "a:1");
         assert_eq!(u.digest.as_deref(), Some("me:p@ss"));

@@ -16,6 +16,15 @@ const DEBIAN_JAR: &str = "/usr/share/java/zookeeper.jar";
 /// the jar's manifest leaves out: without one the server logs nothing, and a start-up error
 /// would have no lines to show. It writes to stderr, which goes to the server's log file.
 const DEBIAN_SLF4J_SIMPLE: &str = "/usr/share/java/slf4j-simple.jar";
+/// Netty jars of Debian's `libnetty-java` (a dependency of `libzookeeper-java`) that the jar's
+/// manifest leaves out and a TLS port needs (`ZkServer::start_tls`): the Netty connection
+/// factory's `SslHandler` is a `ByteToMessageDecoder` of netty-codec, and its transport wants
+/// netty-resolver and the native Unix classes beside the epoll ones the manifest lists.
+const DEBIAN_NETTY_EXTRA: [&str; 3] = [
+    "/usr/share/java/netty-codec.jar",
+    "/usr/share/java/netty-resolver.jar",
+    "/usr/share/java/netty-transport-native-unix-common.jar",
+];
 /// `java -version` and `VersionInfoMain` take ~0.1 s; the margin is for a loaded machine.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -91,6 +100,12 @@ pub(crate) fn find_classpath(env: &dyn Fn(&str) -> Option<String>) -> Result<Str
         if Path::new(DEBIAN_SLF4J_SIMPLE).is_file() {
             classpath.push(':');
             classpath.push_str(DEBIAN_SLF4J_SIMPLE);
+        }
+        for jar in DEBIAN_NETTY_EXTRA {
+            if Path::new(jar).is_file() {
+                classpath.push(':');
+                classpath.push_str(jar);
+            }
         }
         return Ok(classpath);
     }

@@ -45,6 +45,17 @@
 //! | [`kill`](ZkServer::kill) | SIGKILL | the data (the transaction log reached the page cache); every session stays open on the server until its timeout, counted from the [`restart`](ZkServer::restart) |
 //! | [`stop`](ZkServer::stop) / [`cont`](ZkServer::cont) | SIGSTOP / SIGCONT | everything: the JVM is frozen, clients see no answers, no session expires meanwhile |
 //!
+//! # TLS
+//!
+//! [`ZkServer::start_tls`] adds a TLS port (`secureClientPort`, Netty's connection factory,
+//! PEM key and trust stores) beside the plain one, with certificates made by `openssl` in the
+//! server's directory: a CA ([`ZkServer::ca_cert`]), the server's certificate for `127.0.0.1`
+//! and `localhost` (or, with [`ZkTls::certificate_for_another_name`], for `elsewhere.invalid`
+//! only), a client certificate the server trusts ([`ZkServer::client_cert`]) and an unrelated
+//! CA ([`ZkServer::other_ca_cert`]). Client certificates are required (`ssl.clientAuth=need`,
+//! ZooKeeper's default) unless [`ZkTls::client_auth`] says otherwise. The plain port stays: the
+//! harness's four-letter words use it, and a test can ask it for TLS and be refused.
+//!
 //! Dropping a handle kills its JVM and removes its directory. As with redis-server, every JVM
 //! is started through the `sh` watcher of `watchdog.rs`: when the test process exits, however
 //! it exits, its servers are killed and their directories removed.
@@ -71,7 +82,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::testing::support::free_port;
-use node::{Mode, Node};
+use node::{Mode, Node, NodeTls};
 
 pub use ensemble::ZkEnsemble;
 pub use install::{zookeeper_available, zookeeper_version};
@@ -84,6 +95,43 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 const PORT_ATTEMPTS: usize = 5;
 /// How often a wait looks again.
 const POLL: Duration = Duration::from_millis(20);
+
+/// What [`ZkServer::start_tls`] sets up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZkTls {
+    client_auth: bool,
+    another_name: bool,
+}
+
+impl Default for ZkTls {
+    fn default() -> Self {
+        ZkTls::new()
+    }
+}
+
+impl ZkTls {
+    /// Client certificates required (ZooKeeper's `ssl.clientAuth=need`), the server's
+    /// certificate valid for `127.0.0.1` and `localhost`.
+    pub fn new() -> ZkTls {
+        ZkTls {
+            client_auth: true,
+            another_name: false,
+        }
+    }
+
+    /// Whether the server requires a client certificate (`need`) or asks for none (`none`).
+    pub fn client_auth(mut self, need: bool) -> ZkTls {
+        self.client_auth = need;
+        self
+    }
+
+    /// The server shows a certificate from the same CA for `elsewhere.invalid` only: a client
+    /// that checks host names refuses it.
+    pub fn certificate_for_another_name(mut self) -> ZkTls {
+        self.another_name = true;
+        self
+    }
+}
 
 /// A running standalone ZooKeeper server owned by the test, on a free `127.0.0.1` port with its
 /// data in a new temporary directory. Dropping it kills the JVM (SIGKILL) and removes the
@@ -101,12 +149,34 @@ impl ZkServer {
     /// and returns once it serves (`srvr` says `Mode: standalone`). The error says why no
     /// server could be found (see the module docs) or shows the server's last log lines.
     pub fn start() -> io::Result<ZkServer> {
+        Self::start_with(None)
+    }
+
+    /// [`ZkServer::start`] with a TLS port as well (see the module docs, "TLS"); returns once
+    /// both ports accept connections.
+    pub fn start_tls(tls: ZkTls) -> io::Result<ZkServer> {
+        Self::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<ZkTls>) -> io::Result<ZkServer> {
         let install = install::install()?;
         let mut last_err = None;
         for _ in 0..PORT_ATTEMPTS {
             let mut server = ZkServer {
                 node: Node::new(install, free_port()?, None)?,
             };
+            if let Some(asked) = tls {
+                let files = crate::testing::tls::generate(&server.node.dir)?;
+                let more = crate::testing::tls::client_and_elsewhere(&server.node.dir, &files)?;
+                server.node.tls = Some(NodeTls {
+                    secure_port: free_port()?,
+                    files,
+                    more,
+                    client_auth: asked.client_auth,
+                    elsewhere: asked.another_name,
+                });
+                server.node.write_key_store()?;
+            }
             match server.spawn_and_wait() {
                 Ok(()) => return Ok(server),
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse => last_err = Some(e),
@@ -124,6 +194,41 @@ impl ZkServer {
     /// `127.0.0.1:<port>`: the connect string ZooKeeper clients take.
     pub fn connect_string(&self) -> String {
         format!("127.0.0.1:{}", self.node.client_port)
+    }
+
+    /// `zk+tls://127.0.0.1:<secure port>` for a server started with [`ZkServer::start_tls`].
+    pub fn tls_url(&self) -> Option<String> {
+        self.secure_port()
+            .map(|port| format!("zk+tls://127.0.0.1:{port}"))
+    }
+
+    /// The TLS client port (`secureClientPort`) of a server started with
+    /// [`ZkServer::start_tls`].
+    pub fn secure_port(&self) -> Option<u16> {
+        self.node.tls.as_ref().map(|t| t.secure_port)
+    }
+
+    /// The PEM certificate of the CA that signed the server's and the client's certificates.
+    pub fn ca_cert(&self) -> Option<&Path> {
+        self.node.tls.as_ref().map(|t| t.files.ca_cert.as_path())
+    }
+
+    /// A PEM CA certificate that signed nothing of this server's ("wrong CA" tests).
+    pub fn other_ca_cert(&self) -> Option<&Path> {
+        self.node
+            .tls
+            .as_ref()
+            .map(|t| t.files.other_ca_cert.as_path())
+    }
+
+    /// A PEM client certificate the server trusts (signed by [`ZkServer::ca_cert`]).
+    pub fn client_cert(&self) -> Option<&Path> {
+        self.node.tls.as_ref().map(|t| t.more.client_cert.as_path())
+    }
+
+    /// The client certificate's private key (PEM, PKCS#8).
+    pub fn client_key(&self) -> Option<&Path> {
+        self.node.tls.as_ref().map(|t| t.more.client_key.as_path())
     }
 
     /// The client port, the same across [`ZkServer::restart`].
@@ -192,7 +297,8 @@ impl ZkServer {
         for _ in 0..START_TIMEOUT.as_millis() / POLL.as_millis() + 1 {
             self.node.check_alive()?;
             match self.node.mode() {
-                Ok(Mode::Standalone) => return Ok(()),
+                Ok(Mode::Standalone) if self.node.secure_port_open() => return Ok(()),
+                Ok(Mode::Standalone) => last = "standalone; its TLS port not open yet".into(),
                 Ok(mode) => last = format!("mode {mode:?}"),
                 Err(why) => last = why,
             }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::install::Install;
 use crate::testing::support::{fresh_dir, last_lines, read_from, signal};
+use crate::testing::tls::{MoreFiles, TlsFiles};
 use crate::testing::watchdog::Watched;
 
 /// ZooKeeper's tick: the unit of its session expiry checks, heartbeats and the limits below.
@@ -90,11 +91,25 @@ pub(crate) struct Peer {
     pub(crate) election_port: u16,
 }
 
+/// A server's TLS client port (`secureClientPort`) and what it shows and trusts.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeTls {
+    pub(crate) secure_port: u16,
+    pub(crate) files: TlsFiles,
+    pub(crate) more: MoreFiles,
+    /// `ssl.clientAuth=need` (ZooKeeper's default) rather than `none`.
+    pub(crate) client_auth: bool,
+    /// Shows the certificate for `elsewhere.invalid` instead of the one for 127.0.0.1.
+    pub(crate) elsewhere: bool,
+}
+
 /// One server's directory, configuration and process.
 #[derive(Debug)]
 pub(crate) struct Node {
     install: &'static Install,
     pub(crate) client_port: u16,
+    /// A TLS port beside the plain one (which the harness's four-letter words keep using).
+    pub(crate) tls: Option<NodeTls>,
     /// `zoo.cfg`, `data/` (snapshots, transaction logs, `myid`) and `zookeeper.log`: removed
     /// on drop.
     pub(crate) dir: PathBuf,
@@ -124,6 +139,7 @@ impl Node {
             install,
             client_port,
             dir: fresh_dir(&tag)?,
+            tls: None,
             ensemble,
             process: None,
             pid: 0,
@@ -203,6 +219,9 @@ impl Node {
             data = self.dir.join("data").display(),
             port = self.client_port,
         );
+        if let Some(tls) = &self.tls {
+            text.push_str(&self.tls_config_text(tls));
+        }
         if let Some((_, peers)) = &self.ensemble {
             for peer in peers {
                 text.push_str(&format!(
@@ -212,6 +231,48 @@ impl Node {
             }
         }
         text
+    }
+
+    /// The secure client port's lines of `zoo.cfg`. Keys ZooKeeper does not know as its own
+    /// (`ssl.*`) become `zookeeper.ssl.*` system properties, which is where its TLS reads them.
+    fn tls_config_text(&self, tls: &NodeTls) -> String {
+        let key_store = self.dir.join("server.pem");
+        format!(
+            "# TLS: a Netty port (the NIO factory has none), PEM stores (ZooKeeper 3.6+).\n\
+             secureClientPort={port}\n\
+             secureClientPortAddress=127.0.0.1\n\
+             serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+             ssl.keyStore.location={key_store}\n\
+             ssl.keyStore.type=PEM\n\
+             ssl.trustStore.location={trust}\n\
+             ssl.trustStore.type=PEM\n\
+             ssl.clientAuth={auth}\n",
+            port = tls.secure_port,
+            key_store = key_store.display(),
+            trust = tls.files.ca_cert.display(),
+            auth = if tls.client_auth { "need" } else { "none" },
+        )
+    }
+
+    /// Writes `server.pem`, the key store: the private key, then the certificate.
+    pub(crate) fn write_key_store(&self) -> io::Result<()> {
+        let Some(tls) = &self.tls else { return Ok(()) };
+        let (cert, key) = if tls.elsewhere {
+            (&tls.more.elsewhere_cert, &tls.more.elsewhere_key)
+        } else {
+            (&tls.files.server_cert, &tls.files.server_key)
+        };
+        let mut pem = std::fs::read(key)?;
+        pem.extend(std::fs::read(cert)?);
+        std::fs::write(self.dir.join("server.pem"), pem)
+    }
+
+    /// Whether the secure client port accepts connections (`true` without one).
+    pub(crate) fn secure_port_open(&self) -> bool {
+        self.tls.as_ref().is_none_or(|tls| {
+            let addr = SocketAddr::from(([127, 0, 0, 1], tls.secure_port));
+            TcpStream::connect_timeout(&addr, FOUR_LETTER_TIMEOUT).is_ok()
+        })
     }
 
     /// `Ok` while the JVM started last runs; `Err` with its last lines once it has exited
