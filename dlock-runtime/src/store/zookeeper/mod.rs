@@ -18,9 +18,11 @@
 //!   and it lives only as long as this client's session anyway.
 //!
 //! `store.rs` keeps the session (a new one after expiry) and this client's owners;
-//! `link.rs` answers the seam's operations; `errors.rs` classifies failures.
+//! `link.rs` answers the seam's operations; `inspect.rs` reads every lock's line for tools;
+//! `errors.rs` classifies failures.
 
 pub(crate) mod errors;
+pub(crate) mod inspect;
 pub(crate) mod link;
 pub(crate) mod names;
 pub(crate) mod store;
