@@ -1,7 +1,7 @@
 //! `dlock::inspect::stored_locks` on every store that answers queries (PostgreSQL, ZooKeeper),
 //! from one body: who holds each kind (owner ids, read and write sides), a semaphore's permit
-//! count, a read-write lock's waiting writer, a fair lock's queue in order, reading one name
-//! only, and the lock gone from the list once released. Where a store shows every kind's
+//! count, a read-write lock's waiting writer and a writer's own read, a fair lock's queue in
+//! order, reading one name only, and the lock gone from the list once released. Where a store shows every kind's
 //! waiters (ZooKeeper's children), their order too. Redis refuses the call, by name.
 
 use std::time::Duration;
@@ -177,6 +177,29 @@ async fn stored_locks_show_holders_permits_writers_and_queues_on_query_stores() 
             "{name}: b first, then c: {queued:?}"
         );
         assert!(of(&queued.holders[0].owner, "", &a), "{name}: {queued:?}");
+
+        // A writer reading inside its write scope (a downgrade): both its sides hold, nobody
+        // waits (on ZooKeeper its read child carries the writer's sequence, ahead of it).
+        let rw = a.read_write_lock("insp:down");
+        let write = rw.write().acquire().await.expect("write");
+        let read = write
+            .scope(async { rw.read().acquire().await })
+            .await
+            .expect("read inside the write scope");
+        let down = stored(&a, "insp:down", "dlock:{insp:down}:rw")
+            .await
+            .unwrap_or_else(|| panic!("{name}: the downgraded lock is not listed"));
+        let sides = owners(&down);
+        assert!(
+            sides.len() == 2 && of(sides[0], "r:", &a) && of(sides[1], "w:", &a),
+            "{name}: a's read and write: {down:?}"
+        );
+        assert!(
+            down.writer_waiting.is_none() && down.queue.is_empty(),
+            "{name}: {down:?}"
+        );
+        read.release().await.expect("release the read");
+        write.release().await.expect("release the write");
 
         if store.can(Need::WaitersInLine) {
             waiters_in_line(&a, &b, &c).await;
