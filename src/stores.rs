@@ -132,8 +132,7 @@
 //!   go in one at a time, in order, and only the head watches the leases); dlock also keeps the
 //!   permit count as the node's data while it lives, so dlock clients that disagree on it are
 //!   told (Curator keeps no count: its clients must agree by convention). Refused at the
-//!   acquire naming the store and the kind: the Redisson kinds; `SegmentedStock` and `synced_replicas` are Redis's. Not yet: the
-//!   inspector.
+//!   acquire naming the store and the kind: the Redisson kinds; `SegmentedStock` and `synced_replicas` are Redis's.
 //! * **TLS** (feature `zookeeper-tls`): `zk+tls://host:2281,host:2281/chroot`, to the servers'
 //!   `secureClientPort`, every host over TLS (rustls). The CA that signed the servers'
 //!   certificates is required, given with
@@ -152,6 +151,20 @@
 //!   unless the application installed one before (then that one is used, by dlock's Redis and
 //!   ZooKeeper TLS alike). An application that builds rustls configs of its own with
 //!   `ClientConfig::builder()` before its first dlock client should install one at start.
+//! * **Inspecting**: `dlock::inspect::stored_locks` lists every lock node under the client's
+//!   root (the URL's chroot), read from its live children in line order with plain reads that
+//!   take and watch nothing: the holders are those the recipe grants now (a mutex's first
+//!   child; a read-write lock's readers ahead of the first writer, or that writer when first;
+//!   a semaphore's first `permits` leases, the count being its node's data), and the rest of
+//!   the line is `queue`, first first, so every kind's waiters are visible (each child is a
+//!   place). Owners are the children's data; a Curator client writes its host's address there,
+//!   and its child is listed by its node name. A hold's `ttl_ms` is -1: its lease is its
+//!   session, whose time left no other client can see; its count is 1 (re-entries are counted
+//!   in the holder's client). The nodes are read one after another, not as one snapshot, each
+//!   request bounded by the response timeout. `dlock::inspect::force_unlock` deletes the
+//!   holders' children (a semaphore's every lease, a read-write lock's every child): the next
+//!   in line is woken by its watch, and the holder reads its hold lost at its next check (a
+//!   third of its lease later at most). The `dlock` inspector uses both (`--url zk://...`).
 //! * **Authentication**: `zk://user:password@host:2181` sends ZooKeeper's digest scheme on
 //!   every connect; the children are created with the open ACL, as Curator's default is.
 //! * **Versions**: ZooKeeper 3.8 (Debian 12's 3.8.0), as CI checks it: `tests/stores` runs the

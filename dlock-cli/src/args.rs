@@ -8,7 +8,8 @@ use dlock_runtime::inspect::Kind;
 
 use crate::duration::parse_duration;
 
-/// Inspect dlock's locks (Redis or PostgreSQL): who holds what, for how long, and who waits.
+/// Inspect dlock's locks (Redis, PostgreSQL or ZooKeeper): who holds what, for how long, and
+/// who waits.
 #[derive(Parser, Debug)]
 #[command(name = "dlock", version)]
 pub struct Cli {
@@ -30,8 +31,9 @@ pub struct Cli {
 /// Where the locks are: the same deployments and URLs as the client takes.
 #[derive(Args, Debug, Clone)]
 pub struct Target {
-    /// One server (`redis://[user:password@]host:port/db`, `rediss://` for TLS), or a
-    /// PostgreSQL store (`postgres://user:password@host:port/db`). Default:
+    /// One server (`redis://[user:password@]host:port/db`, `rediss://` for TLS), a
+    /// PostgreSQL store (`postgres://user:password@host:port/db`) or a ZooKeeper ensemble
+    /// (`zk://[user:password@]host:port[,host:port...][/chroot]`). Default:
     /// redis://127.0.0.1:6379.
     // The environment may hold a password: never shown in --help.
     #[arg(long, global = true, env = "DLOCK_URL", hide_env_values = true,
@@ -96,6 +98,13 @@ impl Target {
         self.url
             .as_deref()
             .is_some_and(dlock_runtime::inspect::is_postgres_url)
+    }
+
+    /// Whether `--url` names a ZooKeeper ensemble (`zk://`), as the client decides it.
+    pub fn is_zookeeper(&self) -> bool {
+        self.url
+            .as_deref()
+            .is_some_and(dlock_runtime::inspect::is_zookeeper_url)
     }
 }
 

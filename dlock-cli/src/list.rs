@@ -19,7 +19,7 @@ pub async fn list(target: &Target, prefix: &str, json: bool, redisson: bool) -> 
     if json {
         output::json(&views);
     } else if views.is_empty() {
-        let redisson = match (redisson, target.is_postgres()) {
+        let redisson = match (redisson, target.is_postgres() || target.is_zookeeper()) {
             (_, true) => "",
             (true, false) => " nor in Redisson's layout",
             (false, false) => " (Redisson-layout locks are looked for with --redisson)",

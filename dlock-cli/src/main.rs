@@ -2,7 +2,8 @@
 //! shell. `dlock list` shows every lock in use (holders, lease, waiters, fair queue, semaphore
 //! permits), `dlock show NAME` one lock in detail, `dlock watch NAME` its holder changes live,
 //! and `dlock unlock NAME --force` deletes it the way the library's force unlock does. It takes
-//! the URLs the client takes (`--url` for one Redis server or a PostgreSQL store, `--cluster`,
+//! the URLs the client takes (`--url` for one Redis server, a PostgreSQL store or a ZooKeeper
+//! ensemble, `--cluster`,
 //! `--sentinel` with `--master`), and
 //! `--json` for scripts. See README.md for examples.
 
@@ -12,11 +13,11 @@ mod deployment;
 mod duration;
 mod list;
 mod output;
-#[cfg(feature = "postgres")]
-mod postgres;
 mod scan;
 mod snapshot;
 mod source;
+#[cfg(any(feature = "postgres", feature = "zookeeper"))]
+mod stored;
 mod table;
 mod unlock;
 mod watch;

@@ -1,6 +1,6 @@
 //! Where the locks are read from: Redis (scanned and read key by key, `deployment.rs`), or a
-//! PostgreSQL store (asked through the runtime, `postgres.rs`). The commands ask this, not a
-//! store.
+//! store that answers queries, PostgreSQL or ZooKeeper (asked through the runtime,
+//! `stored.rs`). The commands ask this, not a store.
 
 use dlock_runtime::inspect::{self, Kind, Layout};
 use dlock_runtime::{LockClient, LockClientBuilder};
@@ -12,26 +12,32 @@ use crate::{list, scan};
 
 pub enum Source {
     Redis(Deployment),
-    #[cfg(feature = "postgres")]
-    Postgres(crate::postgres::Store),
+    #[cfg(any(feature = "postgres", feature = "zookeeper"))]
+    Stored(crate::stored::Store),
 }
 
 impl Source {
-    // `prefix`: a PostgreSQL store's client is built with it.
-    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    // `prefix`: a queried store's client is built with it.
+    #[cfg_attr(
+        not(all(feature = "postgres", feature = "zookeeper")),
+        allow(unused_variables)
+    )]
     pub async fn open(target: &Target, prefix: &str) -> Result<Source, String> {
         if target.is_postgres() {
             #[cfg(feature = "postgres")]
-            return crate::postgres::Store::open(target, prefix)
+            return crate::stored::Store::open(target, prefix, crate::stored::Which::Postgres)
                 .await
-                .map(Source::Postgres);
+                .map(Source::Stored);
             #[cfg(not(feature = "postgres"))]
-            return Err(format!(
-                "--url {} is a PostgreSQL store, and this dlock was built without the \
-                 `postgres` feature: install it with that feature (on by default: \
-                 `cargo install dlock-redis-cli`)",
-                dlock_runtime::inspect::redact_url(&target.single_url())
-            ));
+            return Err(without_feature(target, "a PostgreSQL store", "postgres"));
+        }
+        if target.is_zookeeper() {
+            #[cfg(feature = "zookeeper")]
+            return crate::stored::Store::open(target, prefix, crate::stored::Which::Zookeeper)
+                .await
+                .map(Source::Stored);
+            #[cfg(not(feature = "zookeeper"))]
+            return Err(without_feature(target, "a ZooKeeper ensemble", "zookeeper"));
         }
         Deployment::open(target).await.map(Source::Redis)
     }
@@ -40,8 +46,8 @@ impl Source {
     pub fn shown(&self) -> &str {
         match self {
             Source::Redis(dep) => &dep.shown,
-            #[cfg(feature = "postgres")]
-            Source::Postgres(store) => store.shown(),
+            #[cfg(any(feature = "postgres", feature = "zookeeper"))]
+            Source::Stored(store) => store.shown(),
         }
     }
 
@@ -68,10 +74,10 @@ impl Source {
                 snapshot::count_waiting(dep, &mut views).await?;
                 Ok(views)
             }
-            #[cfg(feature = "postgres")]
-            Source::Postgres(store) => {
+            #[cfg(any(feature = "postgres", feature = "zookeeper"))]
+            Source::Stored(store) => {
                 if redisson {
-                    return Err(redisson_on_postgres());
+                    return Err(redisson_elsewhere(store));
                 }
                 store.views(None).await
             }
@@ -87,14 +93,14 @@ impl Source {
     ) -> Result<Vec<(Layout, LockView)>, String> {
         match self {
             Source::Redis(dep) => list::read_kinds(dep, prefix, name, kind).await,
-            #[cfg(feature = "postgres")]
-            Source::Postgres(store) => {
+            #[cfg(any(feature = "postgres", feature = "zookeeper"))]
+            Source::Stored(store) => {
                 let Some(kind) = kind else {
                     return store.views(Some(name)).await;
                 };
                 let kind = Kind::from(kind);
                 if kind.is_redisson() {
-                    return Err(redisson_on_postgres());
+                    return Err(redisson_elsewhere(store));
                 }
                 let found = store.views(Some(name)).await?;
                 let view = found.into_iter().find(|(layout, _)| layout.kind == kind);
@@ -108,12 +114,15 @@ impl Source {
     }
 
     /// The lock of `layout` now (waiters not counted).
-    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "zookeeper")),
+        allow(unused_variables)
+    )]
     pub async fn read(&mut self, prefix: &str, layout: &Layout) -> Result<LockView, String> {
         match self {
             Source::Redis(dep) => snapshot::read(&mut dep.keyed, layout).await,
-            #[cfg(feature = "postgres")]
-            Source::Postgres(_) => {
+            #[cfg(any(feature = "postgres", feature = "zookeeper"))]
+            Source::Stored(_) => {
                 let kind = kind_arg(layout.kind);
                 let mut views = self.read_kinds(prefix, &layout.name, Some(kind)).await?;
                 Ok(views.remove(0).1)
@@ -122,8 +131,8 @@ impl Source {
     }
 
     /// The runtime's force unlock of the lock `name` of `kind` (`true`: it was held), through
-    /// a lock client of the same store: the kind's own force-unlock script or SQL function,
-    /// which also wakes the lock's waiters.
+    /// a lock client of the same store: the kind's own force-unlock script or SQL function, or
+    /// on ZooKeeper the deletion of the holders' children; each wakes the lock's waiters.
     pub async fn force_unlock(
         &self,
         target: &Target,
@@ -138,29 +147,42 @@ impl Source {
                 client.shutdown().await;
                 result.map_err(|e| e.to_string())
             }
-            #[cfg(feature = "postgres")]
-            Source::Postgres(store) => inspect::force_unlock(store.client(), kind, name)
+            #[cfg(any(feature = "postgres", feature = "zookeeper"))]
+            Source::Stored(store) => inspect::force_unlock(store.client(), kind, name)
                 .await
                 .map_err(|e| e.to_string()),
         }
     }
 
-    /// Closes what was opened (a PostgreSQL store's client).
+    /// Closes what was opened (a queried store's client: ZooKeeper's session ends at once
+    /// rather than at its timeout).
     pub async fn close(self) {
-        #[cfg(feature = "postgres")]
-        if let Source::Postgres(store) = self {
+        #[cfg(any(feature = "postgres", feature = "zookeeper"))]
+        if let Source::Stored(store) = self {
             store.client().clone().shutdown().await;
         }
     }
 }
 
-#[cfg(feature = "postgres")]
-fn redisson_on_postgres() -> String {
-    "Redisson's layout exists only on Redis: a PostgreSQL store keeps no Redisson-kind locks"
-        .to_owned()
+#[cfg(any(feature = "postgres", feature = "zookeeper"))]
+fn redisson_elsewhere(store: &crate::stored::Store) -> String {
+    format!(
+        "Redisson's layout exists only on Redis: a {} store keeps no Redisson-kind locks",
+        store.which().name()
+    )
 }
 
-#[cfg(feature = "postgres")]
+/// `--url` names `store`, which this build left out with its cargo `feature`.
+#[cfg(not(all(feature = "postgres", feature = "zookeeper")))]
+fn without_feature(target: &Target, store: &str, feature: &str) -> String {
+    format!(
+        "--url {} is {store}, and this dlock was built without the `{feature}` feature: \
+         install it with that feature (on by default: `cargo install dlock-redis-cli`)",
+        dlock_runtime::inspect::redact_url(&target.single_url())
+    )
+}
+
+#[cfg(any(feature = "postgres", feature = "zookeeper"))]
 fn kind_arg(kind: Kind) -> KindArg {
     match kind {
         Kind::ReadWrite => KindArg::Rw,

@@ -146,7 +146,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             .map(|id| match (&proxies, args.store) {
                 (Some(p), Store::Postgres) => vec![PgDeployment::client_url(p.port(id), id)],
                 (Some(p), Store::Redis) => vec![p.url(id)],
-                (Some(p), Store::Zookeeper) => vec![crate::zk::ZkDeployment::client_url(&p.ports(id))],
+                (Some(p), Store::Zookeeper) => {
+                    vec![crate::zk::ZkDeployment::client_url(&p.ports(id))]
+                }
                 (None, _) => deployment.urls(),
             })
             .collect();

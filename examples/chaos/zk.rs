@@ -32,7 +32,9 @@ impl ZkDeployment {
 
     /// The servers' client ports, in the ensemble's order.
     pub fn ports(&self) -> Vec<u16> {
-        (0..self.ensemble.len()).map(|i| self.ensemble.port(i)).collect()
+        (0..self.ensemble.len())
+            .map(|i| self.ensemble.port(i))
+            .collect()
     }
 
     /// The URL a client connects with through its proxies (one per server, at `ports`).

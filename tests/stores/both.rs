@@ -35,6 +35,13 @@ pub enum Need {
     Owners,
     /// The fair lock's queue as the store keeps it.
     FairQueue,
+    /// `dlock::inspect::stored_locks`: the store answers queries of its locks (Redis does not:
+    /// its keys are scanned and read by kind).
+    StoredLocks,
+    /// Every kind's waiters in `stored_locks`' `queue`, in line order (ZooKeeper: a waiter's
+    /// child is its place; PostgreSQL's waiters LISTEN on sessions no other session sees, so
+    /// only its fair queue is visible).
+    WaitersInLine,
 }
 
 /// A Redis server and, where PostgreSQL is installed, a PostgreSQL server (else the test says
@@ -76,11 +83,19 @@ impl Store {
     /// Whether this store gives what a test needs beyond locking; if not, the test's
     /// `skipped: ...` line says so (the refusals themselves are tested in `errors.rs`).
     pub fn can(&self, need: Need) -> bool {
-        let can = !matches!(self, Store::Zookeeper(_)) || need == Need::Semaphore;
+        let can = match (self, need) {
+            (Store::Redis(_), Need::StoredLocks | Need::WaitersInLine) => false,
+            (Store::Postgres(_), Need::WaitersInLine) => false,
+            (Store::Zookeeper(_), Need::Semaphore | Need::StoredLocks | Need::WaitersInLine) => {
+                true
+            }
+            (Store::Zookeeper(_), _) => false,
+            _ => true,
+        };
         if !can {
             super::common::skipped(
                 &format!("{need:?} on {}", self.name()),
-                "not offered by this store yet",
+                "not offered by this store",
             );
         }
         can

@@ -392,3 +392,46 @@ async fn curator_and_dlock_semaphores_share_their_permits_on_one_path() {
     again.release().await.expect("release");
     assert_eq!(second.ask("release").await, "RELEASED");
 }
+
+/// The inspector on a path Curator and dlock share: Curator's child (its data the JVM host's
+/// address, no owner id) is listed by its node name as the holder, and dlock's waiter behind it
+/// by its owner id; the listing of every lock does not trip over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_locks_list_a_curator_holder_by_its_child_name() {
+    let Some(classpath) = curator_ready() else {
+        return;
+    };
+    let server = ZkServer::start().expect("start ZooKeeper");
+    let client = client_of(&server).await;
+    let path = "/dlock:{stores:curator:listed}";
+    let mut java = Driver::start(&classpath, &server.connect_string(), path, "mutex").await;
+    assert_eq!(java.ask("acquire").await, "HELD");
+    let waiting = tokio::spawn({
+        let lock = client
+            .lock("stores:curator:listed")
+            .wait(Duration::from_secs(20));
+        async move { lock.acquire().await.map(drop) }
+    });
+    until_children(&server, path, 2).await;
+
+    let all = dlock::inspect::stored_locks(&client, None)
+        .await
+        .expect("stored_locks beside a Curator child");
+    let lock = all
+        .iter()
+        .find(|l| l.key == "dlock:{stores:curator:listed}")
+        .unwrap_or_else(|| panic!("not listed: {all:?}"));
+    assert_eq!(lock.holders.len(), 1, "{lock:?}");
+    assert!(curator_named(&lock.holders[0].owner), "{lock:?}");
+    assert_eq!(lock.queue.len(), 1, "{lock:?}");
+    assert!(
+        lock.queue[0].starts_with(&format!("{}:", client.client_id())),
+        "{lock:?}"
+    );
+
+    assert_eq!(java.ask("release").await, "RELEASED");
+    waiting
+        .await
+        .unwrap()
+        .expect("dlock gets the lock after Curator");
+}

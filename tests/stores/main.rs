@@ -20,6 +20,7 @@ mod family;
 mod faults;
 mod frozen_link;
 mod holder;
+mod inspect;
 mod killed_connections;
 mod names;
 mod pooler;

@@ -203,7 +203,11 @@ async fn a_create_whose_reply_is_lost_to_a_dropped_connection_is_found_again() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let made = children_in_dump(&server, parent);
-    assert_eq!(made.len(), 1, "the create never ran on the server: {made:?}");
+    assert_eq!(
+        made.len(),
+        1,
+        "the create never ran on the server: {made:?}"
+    );
     assert!(!acquiring.is_finished(), "the acquire heard a held reply");
     // The reply dies with the connection; the client opens another one for the same session.
     tokio::task::block_in_place(|| proxy.kill_all());

@@ -622,7 +622,7 @@ async fn stored_locks_refuses_redis_and_says_what_to_do_instead() {
         .expect_err("Redis answers no such query");
     let message = err.to_string();
     assert!(
-        message.contains("stores that answer queries (PostgreSQL)")
+        message.contains("stores that answer queries (PostgreSQL, ZooKeeper)")
             && message.contains("scan its keys"),
         "{message}"
     );

@@ -90,6 +90,20 @@ pub(crate) fn unique_part(owner: &str) -> &str {
     owner.split_once('@').map_or(owner, |(id, _)| id)
 }
 
+/// Whether `text` is an owner id a dlock client wrote: its unique part is a client id (32 hex
+/// digits), `:` and a decimal sequence. Tells dlock's children of a ZooKeeper lock from those
+/// of Curator clients on the same path, whose data is their host's address.
+#[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
+pub(crate) fn is_owner_id(text: &str) -> bool {
+    let Some((client, seq)) = unique_part(text).split_once(':') else {
+        return false;
+    };
+    client.len() == 32
+        && client.bytes().all(|b| b.is_ascii_hexdigit())
+        && !seq.is_empty()
+        && seq.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// An owner id read back: what makes it unique and who it says holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -189,6 +203,22 @@ fn cut(text: &mut String, max: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn owner_ids_are_told_from_other_data() {
+        let id = format!("{:032x}:17", 0xabc_u128);
+        assert!(is_owner_id(&id));
+        assert!(is_owner_id(&format!("{id}@web-3:4411/order")));
+        for other in [
+            "127.0.1.1",
+            "",
+            "abc:1",
+            &format!("{:032x}:", 1),
+            &format!("{:032x}:1x", 1),
+        ] {
+            assert!(!is_owner_id(other), "{other}");
+        }
+    }
 
     #[test]
     fn labels_read_back_as_written() {

@@ -256,12 +256,10 @@ impl Link {
                 .map(Some)
                 .map_err(StoreError::Postgres),
             #[cfg(feature = "zookeeper")]
-            Link::Zookeeper(_) => Err(StoreError::Zookeeper(
-                crate::store::zookeeper::errors::ZkError::refused(
-                    "listing the stored locks",
-                    "the ZooKeeper store does not answer the inspector yet",
-                ),
-            )),
+            Link::Zookeeper(link) => crate::store::zookeeper::inspect::stored_locks(link, keys)
+                .await
+                .map(Some)
+                .map_err(StoreError::Zookeeper),
         }
     }
 }

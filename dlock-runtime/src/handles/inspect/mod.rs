@@ -1,7 +1,8 @@
 //! What each kind of lock keeps in Redis, for tools that read it (the `dlock` inspector of
 //! the `dlock-redis-cli` package): which keys belong to a lock, how a key found by `SCAN`
 //! reads back as a lock name and kind, and a force-unlock by kind. A store that answers
-//! queries (PostgreSQL) is read with [`stored_locks`] instead; its keys are the same strings.
+//! queries (PostgreSQL, ZooKeeper) is read with [`stored_locks`] instead; its keys are the
+//! same strings.
 //!
 //! ```
 //! # extern crate dlock_runtime as dlock;
@@ -85,6 +86,18 @@ pub async fn force_unlock(client: &LockClient, kind: Kind, name: &str) -> Result
 /// ```
 pub fn is_postgres_url(url: &str) -> bool {
     crate::settings::is_postgres_url(url)
+}
+
+/// Whether a client of `url` keeps its locks in a ZooKeeper ensemble (`zk://`; only with the
+/// `zookeeper` feature does a client open one), as the client decides it.
+///
+/// ```
+/// # extern crate dlock_runtime as dlock;
+/// assert!(dlock::inspect::is_zookeeper_url("zk://h1:2181,h2:2181/app"));
+/// assert!(!dlock::inspect::is_zookeeper_url("postgres://u@h/db"));
+/// ```
+pub fn is_zookeeper_url(url: &str) -> bool {
+    crate::settings::is_zookeeper_url(url)
 }
 
 /// `url` with its password (and a password in its query) replaced by `***`, as the client

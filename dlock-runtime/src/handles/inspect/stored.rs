@@ -1,4 +1,5 @@
-//! Reading the locks of a store that answers queries (PostgreSQL), through a client of it.
+//! Reading the locks of a store that answers queries (PostgreSQL, ZooKeeper), through a client
+//! of it.
 
 use super::layout::{Kind, Layout};
 use crate::error::LockError;
@@ -11,8 +12,17 @@ use crate::store::stored::StoredLock;
 /// read-write lock's waiting writer; [`parse_key`](super::parse_key) reads its key back as a
 /// name and kind.
 ///
-/// Who *waits* is not part of it: a PostgreSQL waiter LISTENs on its own session, and no
-/// session can see another's LISTEN channels.
+/// - **PostgreSQL**: every lock of the client's schema, in one read-only statement. Who
+///   *waits* is known for the fair lock alone (its queue table): any other waiter LISTENs on
+///   its own session, and no session can see another's LISTEN channels.
+/// - **ZooKeeper**: every lock node under the client's root (the URL's chroot), each read from
+///   its live children in line order: the holders are those the recipe says hold now, the
+///   rest of the line is [`StoredLock::queue`] (every kind's waiters are visible there, each
+///   child being a place), a semaphore's count is its node's data. A hold's `ttl_ms` is -1:
+///   its lease is its session, whose time left no other client can see. Children written by
+///   Curator clients (data that is no owner id) are listed by their node names. Not one
+///   snapshot: nodes are read one after another, each request bounded by the client's
+///   response timeout.
 ///
 /// A store that answers no such query is refused: on Redis, scan the keys and read them by
 /// kind ([`Layout`], [`parse_key`](super::parse_key)), as the `dlock` inspector does.
@@ -34,7 +44,8 @@ pub async fn stored_locks(
         LockError::invalid(
             "",
             format!(
-                "dlock::inspect::stored_locks reads stores that answer queries (PostgreSQL); \
+                "dlock::inspect::stored_locks reads stores that answer queries (PostgreSQL, \
+                 ZooKeeper); \
                  this client's store is Redis ({}): scan its keys and read them by kind \
                  (dlock::inspect::Layout, parse_key), as the `dlock` inspector does",
                 shared.url

@@ -17,7 +17,7 @@ use crate::store::redis::kinds::{Claim, LockKind};
 
 /// How one kind's children are named and ordered, as Curator's recipes do.
 #[derive(Clone, Copy, Debug)]
-struct Recipe {
+pub(super) struct Recipe {
     /// The lock name in this kind's child names (`_c_<uuid>-<name><sequence>`).
     name: &'static str,
     /// Every name whose children share one line (a read-write lock's readers and writers).
@@ -25,14 +25,14 @@ struct Recipe {
     /// Readers share: held while no writer is ahead (else first of all).
     reader: bool,
     /// Where its children live under the lock's node (a semaphore's two folders).
-    dir: &'static str,
+    pub(super) dir: &'static str,
     /// Whether several owners hold at once (readers, a semaphore's leases): a force unlock
     /// deletes every child, not the first.
     shared: bool,
 }
 
 /// Curator's `InterProcessMutex`: `_c_<uuid>-lock-<10-digit sequence>`.
-const MUTEX: Recipe = Recipe {
+pub(super) const MUTEX: Recipe = Recipe {
     name: "lock-",
     line: &["lock-"],
     reader: false,
@@ -42,7 +42,7 @@ const MUTEX: Recipe = Recipe {
 
 /// Curator's `InterProcessReadWriteLock`: readers `__READ__` and writers `__WRIT__` (names of
 /// one length, on purpose) in one line under one node.
-const READ: Recipe = Recipe {
+pub(super) const READ: Recipe = Recipe {
     name: "__READ__",
     line: &["__READ__", "__WRIT__"],
     reader: true,
@@ -60,14 +60,14 @@ const WRITE: Recipe = Recipe {
 /// Curator's `InterProcessSemaphoreV2`: a permit is a lease child
 /// `<lock>/leases/_c_<uuid>-lease-<seq>`, taken under the mutex `<lock>/locks`, so waiters
 /// go in one at a time, in order, and only the first watches the leases.
-const LEASE: Recipe = Recipe {
+pub(super) const LEASE: Recipe = Recipe {
     name: "lease-",
     line: &["lease-"],
     reader: false,
     dir: "/leases",
     shared: true,
 };
-const SEM_LOCKS: Recipe = Recipe {
+pub(super) const SEM_LOCKS: Recipe = Recipe {
     name: "lock-",
     line: &["lock-"],
     reader: false,
@@ -89,7 +89,7 @@ impl Recipe {
 
     /// A child's place in this kind's line and whether it is a writer's; `None` for a child
     /// of another recipe.
-    fn place(self, child: &str) -> Option<(i64, bool)> {
+    pub(super) fn place(self, child: &str) -> Option<(i64, bool)> {
         self.line
             .iter()
             .find_map(|name| sequence(child, name).map(|s| (s, *name == WRITE.name)))
@@ -133,7 +133,7 @@ pub(crate) fn entry_key(owner: &str, kind_id: &str) -> Option<String> {
 
 #[derive(Clone)]
 pub(crate) struct ZkLink {
-    store: Arc<ZkStore>,
+    pub(super) store: Arc<ZkStore>,
 }
 
 impl ZkLink {
@@ -142,7 +142,7 @@ impl ZkLink {
     }
 
     /// `call`, bounded by the response timeout, its failure described by `doing`.
-    async fn bounded<T>(
+    pub(super) async fn bounded<T>(
         &self,
         doing: impl FnOnce() -> String,
         call: impl Future<Output = Result<T, Error>>,

@@ -18,11 +18,12 @@
 //!   and it lives only as long as this client's session anyway.
 //!
 //! `store.rs` keeps the session (a new one after expiry) and this client's owners;
-//! `link.rs` answers the seam's operations; `errors.rs` classifies failures; `tls.rs` (feature
-//! `zookeeper-tls`) gives a `zk+tls://` client's TLS its roots and certificate, and says why a
-//! handshake failed.
+//! `link.rs` answers the seam's operations; `inspect.rs` reads every lock's line for tools;
+//! `errors.rs` classifies failures; `tls.rs` (feature `zookeeper-tls`) gives a `zk+tls://`
+//! client's TLS its roots and certificate, and says why a handshake failed.
 
 pub(crate) mod errors;
+pub(crate) mod inspect;
 pub(crate) mod link;
 pub(crate) mod names;
 pub(crate) mod store;

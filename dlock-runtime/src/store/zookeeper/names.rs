@@ -31,9 +31,9 @@ pub(crate) fn lock_path(key: &str) -> String {
     out
 }
 
-/// The key a lock node's path stands for (the inverse of [`lock_path`]: the tests show with it
-/// that the escaping loses nothing).
-#[cfg(test)]
+/// The key a lock node's path stands for (the inverse of [`lock_path`]): the inspector reads
+/// the keys back from the nodes it lists, and the tests show with it that the escaping loses
+/// nothing. `None` for a path that is no escaped key (not valid UTF-8 once unescaped).
 pub(crate) fn key_of(path: &str) -> Option<String> {
     let escaped = path.strip_prefix('/')?;
     let mut bytes = Vec::with_capacity(escaped.len());
