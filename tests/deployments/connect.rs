@@ -60,7 +60,7 @@ async fn a_url_of_another_scheme_lists_the_accepted_ones() {
     let e = refused(LockClient::connect("http://user:secret@127.0.0.1:6379").await).await;
     assert_eq!(
         e,
-        "invalid argument: the URL `http://user:***@127.0.0.1:6379/` has the scheme `http`; dlock takes redis://, rediss://, redis+unix://, unix://, valkey://, valkeys://, valkey+unix://, postgres://, postgresql://, zk://"
+        "invalid argument: the URL `http://user:***@127.0.0.1:6379/` has the scheme `http`; dlock takes redis://, rediss://, redis+unix://, unix://, valkey://, valkeys://, valkey+unix://, postgres://, postgresql://, zk://, zk+tls://"
     );
     let e = refused(LockClient::connect("127.0.0.1:6379").await).await;
     assert!(e.contains("is not a URL (no scheme://)"), "{e}");
