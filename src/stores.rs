@@ -147,10 +147,12 @@
 //!   wanted), within the connect timeout. The feature is separate from `zookeeper` because the
 //!   ZooKeeper client's TLS compiles rustls's aws-lc-rs provider beside dlock's ring (AWS-LC's
 //!   C sources: no cmake needed, a few minutes of CPU once); with two providers rustls picks
-//!   none by itself, so dlock installs ring as rustls's process default when a client connects,
-//!   unless the application installed one before (then that one is used, by dlock's Redis and
-//!   ZooKeeper TLS alike). An application that builds rustls configs of its own with
-//!   `ClientConfig::builder()` before its first dlock client should install one at start.
+//!   none by itself, so dlock installs ring as rustls's process default when a `zk+tls://`,
+//!   `rediss://` or Sentinel client connects, unless the application installed one before
+//!   (then that one is used, by dlock's Redis and ZooKeeper TLS alike). An application with
+//!   this feature that builds rustls configs of its own with `ClientConfig::builder()`, or
+//!   that installs its own default (`install_default` fails once one is installed), should do
+//!   so at start, before its first dlock client.
 //! * **Inspecting**: `dlock::inspect::stored_locks` lists every lock node under the client's
 //!   root (the URL's chroot), read from its live children in line order with plain reads that
 //!   take and watch nothing: the holders are those the recipe grants now (a mutex's first

@@ -71,10 +71,12 @@
 //!   is lost, and the note says whether it was streaming). At the end, every row of dlock's
 //!   tables is read as a key (`pg:<table>:<key>`; see `PgDeployment::rows_left`).
 //! * **ZooKeeper** (`--store zookeeper`, the `zookeeper` feature): a 3-server ensemble on
-//!   loopback, every client given all three servers, with a 3 s session (a hold's lease is
-//!   two thirds of it). Kinds as on PostgreSQL (`mix`: plain, fair, read, write, semaphore).
-//!   Faults (`zk.rs`): client SIGSTOP (up to 4 s: past the session, so the ensemble expires it
-//!   and frees its locks while the client is frozen) and SIGKILL; `kill_leader` and
+//!   loopback, every client given all three servers through proxies of its own, with a 3 s
+//!   session (a hold's lease is two thirds of it). Kinds as on PostgreSQL (`mix`: plain, fair,
+//!   read, write, semaphore). Faults (`zk.rs`): client SIGSTOP (up to 4 s: past the session,
+//!   so the ensemble expires it and frees its locks while the client is frozen) and SIGKILL;
+//!   `freeze`, `delay` and `cut` of one client's links to every server (a freeze past the
+//!   session expires it as a SIGSTOP does, while the client runs on); `kill_leader` and
 //!   `kill_follower` (SIGKILL, a restart 0.3-4 s later); `pause_leader` (SIGSTOP of the leader
 //!   for 2.6-4.5 s, past the followers' 2 s patience: they elect another, and the old leader
 //!   rejoins on SIGCONT); `restart_ensemble` (every server killed and started from its data).

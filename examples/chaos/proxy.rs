@@ -63,8 +63,11 @@ impl Proxies {
     /// Closes every connection of client `id`; false if a proxy could not close them in
     /// time (it panics then, which must not take the nemesis down).
     pub fn cut(&self, id: usize) -> bool {
-        self.proxies[id]
+        // Every proxy of the client is cut, whether or not one before it failed to.
+        let cut: Vec<bool> = self.proxies[id]
             .iter()
-            .all(|p| catch_unwind(AssertUnwindSafe(|| p.kill_all())).is_ok())
+            .map(|p| catch_unwind(AssertUnwindSafe(|| p.kill_all())).is_ok())
+            .collect();
+        cut.iter().all(|ok| *ok)
     }
 }

@@ -20,8 +20,10 @@ pub struct StockTree {
 /// (`host:port,...[/chroot]`) and its digest credentials, if any.
 pub fn connect_string(url: &str) -> (String, Option<String>) {
     let rest = url.strip_prefix("zk://").unwrap_or(url);
-    match rest.rsplit_once('@') {
-        Some((auth, hosts)) => (hosts.to_owned(), Some(auth.to_owned())),
+    // Credentials end at the last `@` before the chroot's first `/`.
+    let (authority, chroot) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((auth, hosts)) => (format!("{hosts}{chroot}"), Some(auth.to_owned())),
         None => (rest.to_owned(), None),
     }
 }

@@ -186,7 +186,14 @@ async fn a_create_whose_reply_is_lost_to_a_dropped_connection_is_found_again() {
         .expect("spawn_blocking")
         .expect("start ZooKeeper");
     let proxy = Proxy::start(server.port());
-    let locks = client(&format!("zk://127.0.0.1:{}", proxy.port())).await;
+    // A response timeout far above the few hundred ms from the create to the cut, so that on
+    // a loaded machine the cut, not dlock's own bound, is what ends the create's wait.
+    let locks = LockClient::builder(format!("zk://127.0.0.1:{}", proxy.port()))
+        .zookeeper_session_timeout(ZK_SESSION)
+        .response_timeout(Duration::from_secs(10))
+        .build()
+        .await
+        .expect("connect to ZooKeeper through the proxy");
     let name = "stores:zk:lost-create";
     let parent = "/dlock:{stores:zk:lost-create}";
     // The lock's parent node is made first, so the request the test cuts is the child's create.

@@ -115,10 +115,27 @@ impl Shared {
     ///
     /// With the `zookeeper-tls` feature rustls has two crypto providers compiled in (see
     /// `store/zookeeper/tls.rs`) and picks none by itself: ring is made the process default
-    /// first, whatever the store, since redis-rs builds its `rediss://` config the same way.
+    /// before a Redis TLS target (`rediss://`, `valkeys://`) is opened, since redis-rs builds
+    /// its config that way (a `zk+tls://` store does the same before its session), and only
+    /// then, so an application that installs its own default later is not refused for a
+    /// client that never needed one.
     pub(crate) async fn connect(b: Settings) -> Result<Arc<Self>, LockError> {
         #[cfg(feature = "zookeeper-tls")]
-        crate::store::zookeeper::tls::ensure_provider();
+        {
+            let urls: Vec<&String> = match &b.target {
+                Target::Single(url) => vec![url],
+                Target::Cluster(urls) => urls.iter().collect(),
+                Target::Sentinel { sentinels, .. } => sentinels.iter().collect(),
+            };
+            let tls = |u: &str| {
+                let scheme = u.split("://").next().unwrap_or_default();
+                scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys")
+            };
+            // A Sentinel-managed primary may be reached over TLS with plain sentinel URLs.
+            if urls.iter().any(|u| tls(u)) || matches!(b.target, Target::Sentinel { .. }) {
+                crate::store::zookeeper::tls::ensure_provider();
+            }
+        }
         Self::connect_store(b).await
     }
 

@@ -90,11 +90,17 @@ impl ZkError {
         }
     }
 
-    /// The connection broke while the session lives (ZooKeeper's `ConnectionLoss`): the client
-    /// connects again by itself, to this server or another, and the request may or may not
-    /// have run.
-    pub(crate) fn is_connection_loss(&self) -> bool {
-        matches!(&self.cause, Cause::Client(Error::ConnectionLoss))
+    /// The connection broke under the request while the session may live: the client fails
+    /// requests in flight with the error that ended their connection (`ConnectionLoss` for a
+    /// closed one, `Custom` for a reset or a server that stopped answering) and connects again
+    /// by itself, to this server or another. The request may or may not have run. dlock's own
+    /// response timeout is not one of these: that request may still be in flight on a live
+    /// connection.
+    pub(crate) fn is_connection_drop(&self) -> bool {
+        matches!(
+            &self.cause,
+            Cause::Client(Error::ConnectionLoss | Error::Custom(_))
+        )
     }
 
     /// The server said "not now": nothing ran.

@@ -102,7 +102,7 @@ impl Recipe {
 const LOOKS: usize = 8;
 
 /// Attempts one acquire makes when the connection breaks under it while the session lives:
-/// each waits for the client to be connected again, all within one response timeout.
+/// before each retry, the client is given a response timeout to be connected again.
 const TRIES_ON_CONNECTION_LOSS: usize = 3;
 
 /// The kinds this store offers, by `LockKind::id`: the plain lock and the fair lock are both
@@ -158,10 +158,13 @@ impl ZkLink {
     /// and the child before it is watched: its change wakes the waiter's channel).
     ///
     /// A connection that breaks under the attempt while the session lives (a server killed or
-    /// restarted, a leader change, a dropped link) is ridden out here, as Curator's retry loop
-    /// does: once the client is connected again (within the response timeout), the attempt
-    /// runs again, and a create whose reply was lost is found by its protected name
-    /// (`adopt`). Without this, an attempt cut between its create and its watch would fail
+    /// restarted, a leader change, a dropped or reset link, a server that stopped answering
+    /// for the client's connection timeout) is ridden out here, as Curator's retry loop does:
+    /// once the client is connected again (within a response timeout), the attempt runs again,
+    /// and a create whose reply was lost is found by its protected name (`adopt`, after a sync
+    /// so a server behind the leader cannot hide it; a second child made all the same is
+    /// deleted when seen ahead of the owner's own, see `stand_in_line`). dlock's own response
+    /// timeout is not ridden out: that request may still be running on a live connection. Without this, an attempt cut between its create and its watch would fail
     /// before any "held" answer, and the machinery gives such a failure to the caller at once,
     /// whatever the wait: right for a store that is down, wrong for a blip ZooKeeper's client
     /// repairs in milliseconds.
@@ -171,14 +174,16 @@ impl ZkLink {
         claim: &Claim,
         reentry: Option<&str>,
     ) -> Result<(i64, i64), ZkError> {
-        let until = tokio::time::Instant::now() + self.store.response_timeout;
         let mut tries = 1;
         loop {
             match self.acquire_once(kind, claim, reentry).await {
                 Err(e)
-                    if e.is_connection_loss()
+                    if e.is_connection_drop()
                         && tries < TRIES_ON_CONNECTION_LOSS
-                        && self.store.reconnected(until).await =>
+                        && self
+                            .store
+                            .reconnected(tokio::time::Instant::now() + self.store.response_timeout)
+                            .await =>
                 {
                     tracing::debug!(lock = %claim.name, error = %e, "dlock: ZooKeeper connection lost during an acquire; trying again on the new connection");
                     tries += 1;
@@ -343,13 +348,31 @@ impl ZkLink {
             Ok(w) => w,
             Err(e) => return Err(ZkError::client(format!("watching {leases}"), e)),
         };
-        let live = children.iter().filter(|c| LEASE.place(c).is_some()).count();
         let name = lease.rsplit('/').next().unwrap_or_default();
         if !children.iter().any(|c| c == name) {
             // Our lease is gone (force-unlocked): the next attempt makes another.
             self.store.owners().remove(&LEASE.key(claim));
             return Ok((0, -1));
         }
+        // A second lease of this owner (a create whose reply was lost, missed by the look for
+        // it) would hold a permit until the session ends: deleted, and not counted.
+        let protected = child_prefix(&claim.owner, LEASE.name);
+        let mut strays = 0;
+        for stray in children
+            .iter()
+            .filter(|c| c.starts_with(&protected) && c.as_str() != name)
+        {
+            let stray = format!("{leases}/{stray}");
+            tracing::warn!(lock = %claim.name, child = %stray, "dlock: deleting a second lease of this owner, left by a create whose reply was lost");
+            let deleted = self
+                .bounded(|| format!("deleting {stray}"), client.delete(&stray, None))
+                .await?;
+            match deleted {
+                Ok(()) | Err(Error::NoNode) => strays += 1,
+                Err(e) => return Err(ZkError::client(format!("deleting {stray}"), e)),
+            }
+        }
+        let live = children.iter().filter(|c| LEASE.place(c).is_some()).count() - strays;
         if live <= permits as usize {
             if let Some(o) = self.store.owners().get_mut(&LEASE.key(claim)) {
                 o.count = 1;
@@ -550,6 +573,29 @@ impl ZkLink {
                 (*mine, *czxid) = self.create(client, path, claim, recipe).await?;
                 continue;
             };
+            // A child of this owner ahead of its own is a create whose reply was lost and
+            // that a look for it missed (a server behind the leader; ZOOKEEPER-22): nobody
+            // else would ever delete it, and this owner would wait behind itself until its
+            // session ended. Deleted, then the line read again.
+            let protected = child_prefix(&claim.owner, recipe.name);
+            let strays: Vec<String> = line[..at]
+                .iter()
+                .filter(|(_, _, c)| c.starts_with(&protected))
+                .map(|(_, _, c)| format!("{path}/{c}"))
+                .collect();
+            if !strays.is_empty() {
+                for stray in &strays {
+                    tracing::warn!(lock = %claim.name, child = %stray, "dlock: deleting a second child of this owner, left by a create whose reply was lost");
+                    let deleted = self
+                        .bounded(|| format!("deleting {stray}"), client.delete(stray, None))
+                        .await?;
+                    match deleted {
+                        Ok(()) | Err(Error::NoNode) => {}
+                        Err(e) => return Err(ZkError::client(format!("deleting {stray}"), e)),
+                    }
+                }
+                continue;
+            }
             // Curator's rules: a reader waits only for a writer ahead of it (the first one),
             // anybody else for the child just before its own.
             let blocker = if recipe.reader {
@@ -700,6 +746,16 @@ impl ZkLink {
         recipe: Recipe,
     ) -> Result<(String, i64), ZkError> {
         let protected = child_prefix(&claim.owner, recipe.name);
+        // The server this client is connected to now may not have applied the lost create
+        // yet (it went to another, which handed it to the leader): a sync brings this server
+        // up to the leader first, so the listing below sees it if it ran.
+        let synced = self
+            .bounded(|| format!("syncing {path}"), client.sync(path))
+            .await?;
+        match synced {
+            Ok(()) | Err(Error::NoNode) => {}
+            Err(e) => return Err(ZkError::client(format!("syncing {path}"), e)),
+        }
         let listed = self
             .bounded(
                 || format!("listing the children of {path}"),

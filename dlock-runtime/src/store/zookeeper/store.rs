@@ -327,6 +327,7 @@ async fn open(
             }
         }
     }
+    // Both are read only with the `zookeeper-tls` feature.
     let _ = (started, secure);
     Err(failed)
 }

@@ -161,15 +161,20 @@ pub(crate) fn check_hosts(connect_string: &str) -> Result<(), String> {
 
 /// The host of `host:port` (ZooKeeper's connect string; a bare host means port 2181).
 fn host_of(host_port: &str) -> &str {
-    match host_port.rsplit_once(':') {
+    let host = match host_port.rsplit_once(':') {
         Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
         _ => host_port,
-    }
+    };
+    // An IPv6 literal is written `[::1]:2281`; its name for TLS has no brackets.
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
 }
 
 /// Why a TLS handshake with the hosts of `connect_string` fails, found by repeating it (in
-/// host order, at most `within` in all): `None` when every host tried took the handshake (the
-/// session failed for another reason).
+/// host order, at most `within` in all): `None` when every host reached took the handshake, or
+/// none could be reached (the session failed for another reason, such as servers that are
+/// down: that failure keeps its own class, a passing fault, rather than becoming a refusal).
 pub(crate) fn diagnose(tls: &ZkTls, connect_string: &str, within: Duration) -> Option<String> {
     let config = match tls.config() {
         Ok(c) => Arc::new(c),
@@ -187,11 +192,32 @@ pub(crate) fn diagnose(tls: &ZkTls, connect_string: &str, within: Duration) -> O
         } else {
             format!("{host_port}:2181")
         };
-        if let Err(why) = handshake(&config, host_of(host_port), &address, left) {
-            return Some(format!("{address}: {why}"));
+        match handshake(&config, host_of(host_port), &address, left) {
+            Ok(()) | Err(Failure::Unreached) => {}
+            Err(Failure::Refused(why)) => return Some(format!("{address}: {why}")),
         }
     }
     None
+}
+
+/// How a repeated handshake with one host failed.
+enum Failure {
+    /// The host could not be resolved or connected to: no TLS was tried.
+    Unreached,
+    /// The TLS handshake (or the server's alert right after it) refused, saying why.
+    Refused(String),
+}
+
+impl From<String> for Failure {
+    fn from(why: String) -> Self {
+        Failure::Refused(why)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(why: &str) -> Self {
+        Failure::Refused(why.to_owned())
+    }
 }
 
 /// One handshake with `address`, checking its certificate for `host`; then a short read, in
@@ -202,17 +228,17 @@ fn handshake(
     host: &str,
     address: &str,
     within: Duration,
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     let deadline = Instant::now() + within;
     let name = ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
     let mut conn = ClientConnection::new(config.clone(), name).map_err(|e| e.to_string())?;
     let socket_address = address
         .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve it: {e}"))?
-        .next()
-        .ok_or("it resolves to no address")?;
-    let mut socket = TcpStream::connect_timeout(&socket_address, within)
-        .map_err(|e| format!("cannot connect: {e}"))?;
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or(Failure::Unreached)?;
+    let mut socket =
+        TcpStream::connect_timeout(&socket_address, within).map_err(|_| Failure::Unreached)?;
     // Sets the socket's timeouts to what is left (at most `cap`); `false` once nothing is.
     let bound = |socket: &TcpStream, cap: Duration| {
         let left = deadline.saturating_duration_since(Instant::now()).min(cap);
@@ -225,7 +251,7 @@ fn handshake(
             return Err("the server did not finish the TLS handshake in time".into());
         }
         if let Err(e) = conn.complete_io(&mut socket) {
-            return Err(explain(&e));
+            return Err(explain(&e).into());
         }
     }
     // Whatever the server says next: an alert, or nothing for a while (it waits for the
@@ -240,11 +266,11 @@ fn handshake(
                 e.kind(),
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
             ) => {}
-        Err(e) => return Err(explain(&e)),
+        Err(e) => return Err(explain(&e).into()),
     }
     let mut byte = [0u8; 1];
     match conn.reader().read(&mut byte) {
-        Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(explain(&e)),
+        Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(explain(&e).into()),
         _ => Ok(()),
     }
 }
@@ -323,6 +349,7 @@ mod tests {
     fn hosts_are_checked_as_tls_names() {
         assert_eq!(host_of("a.example:2181"), "a.example");
         assert_eq!(host_of("a.example"), "a.example");
+        assert_eq!(host_of("[::1]:2281"), "::1");
         assert!(check_hosts("127.0.0.1:2181,zk-1.example:2182/app").is_ok());
         let e = check_hosts("ok:1,bad_host!:2/app").unwrap_err();
         assert!(e.contains("`bad_host!` is no DNS name"), "{e}");
