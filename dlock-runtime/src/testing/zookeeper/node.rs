@@ -346,6 +346,13 @@ impl Node {
         })?;
         signal(pid, if frozen { "-STOP" } else { "-CONT" })?;
         self.stopped = frozen;
+        if frozen {
+            // The kernel stops each of the JVM's threads as it next enters the kernel: `kill`
+            // returns before that. A thread of a loaded machine that has not stopped yet may
+            // still answer a request sent right after, so the freeze is done once every thread
+            // reads as stopped (`T` in /proc), waited for at most a few seconds.
+            wait_all_threads_stopped(pid, Duration::from_secs(5));
+        }
         Ok(())
     }
 
@@ -397,4 +404,25 @@ pub(crate) fn four_letter(port: u16, word: &str) -> io::Result<String> {
     // `mntr` and `dump` are a few KiB; cap a runaway answer.
     stream.take(1 << 20).read_to_end(&mut answer)?;
     Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+/// Waits (at most `within`) until every thread of `pid` is stopped, as /proc says; returns at
+/// once where /proc cannot be read.
+fn wait_all_threads_stopped(pid: u32, within: Duration) {
+    let deadline = std::time::Instant::now() + within;
+    let all_stopped = || -> Option<bool> {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        for task in tasks {
+            let stat = std::fs::read_to_string(task.ok()?.path().join("stat")).ok()?;
+            // `pid (comm) state ...`: the state follows the last `)`.
+            let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
+            if state != "T" {
+                return Some(false);
+            }
+        }
+        Some(true)
+    };
+    while all_stopped() == Some(false) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
