@@ -23,15 +23,10 @@ const RTT_SAMPLES: usize = 2000;
 pub async fn sale(args: &Args, prefix: &str) -> i32 {
     let (url, server, origin) = match &args.pg_url {
         Some(url) => (url.clone(), None, "PG_URL"),
-        // The harness blocks while the server starts: off the runtime's worker threads.
-        None => match tokio::task::spawn_blocking(PgServer::start).await {
-            Ok(Ok(server)) => (server.url(), Some(server), "temporary server"),
-            Ok(Err(e)) => {
-                eprintln!("starting a temporary PostgreSQL server failed ({e}); set PG_URL");
-                return 2;
-            }
+        None => match crate::temporary(PgServer::start, "PostgreSQL", "PG_URL").await {
+            Ok(server) => (server.url(), Some(server), "temporary server"),
             Err(e) => {
-                eprintln!("starting a temporary PostgreSQL server failed ({e})");
+                eprintln!("{e}");
                 return 2;
             }
         },

@@ -433,6 +433,24 @@ async fn open_cluster(args: &Args, prefix: &str) -> Result<(Shop, Deployment), S
 }
 
 /// The lock client, all of its keys under this run's prefix.
+/// A temporary server for `--store postgres` or `zookeeper`, started off the runtime's worker
+/// threads (the harness blocks while it starts); the error names the store and `env`, the
+/// variable that names a server to use instead.
+#[cfg(any(feature = "postgres", feature = "zookeeper"))]
+async fn temporary<S: Send + 'static>(
+    start: fn() -> std::io::Result<S>,
+    store: &str,
+    env: &str,
+) -> Result<S, String> {
+    match tokio::task::spawn_blocking(start).await {
+        Ok(Ok(server)) => Ok(server),
+        Ok(Err(e)) => Err(format!(
+            "starting a temporary {store} server failed ({e}); set {env}"
+        )),
+        Err(e) => Err(format!("starting a temporary {store} server failed ({e})")),
+    }
+}
+
 async fn build(builder: LockClientBuilder, prefix: &str) -> Result<LockClient, String> {
     builder
         .key_prefix(prefix)

@@ -19,15 +19,10 @@ const RTT_SAMPLES: usize = 2000;
 pub async fn sale(args: &Args, prefix: &str) -> i32 {
     let (url, server, origin) = match &args.zk_url {
         Some(url) => (url.clone(), None, "ZK_URL"),
-        // The harness blocks while the server starts: off the runtime's worker threads.
-        None => match tokio::task::spawn_blocking(ZkServer::start).await {
-            Ok(Ok(server)) => (server.url(), Some(server), "temporary server"),
-            Ok(Err(e)) => {
-                eprintln!("starting a temporary ZooKeeper server failed ({e}); set ZK_URL");
-                return 2;
-            }
+        None => match crate::temporary(ZkServer::start, "ZooKeeper", "ZK_URL").await {
+            Ok(server) => (server.url(), Some(server), "temporary server"),
             Err(e) => {
-                eprintln!("starting a temporary ZooKeeper server failed ({e})");
+                eprintln!("{e}");
                 return 2;
             }
         },
