@@ -354,7 +354,8 @@
 //!   install the recorder you use): `dlock_acquires_total` and `dlock_acquire_wait_seconds`
 //!   by lock, kind and outcome (acquired, timeout, busy, error), `dlock_hold_seconds`,
 //!   `dlock_lost_total`, `dlock_local_handoffs_total` by lock and kind, and
-//!   `dlock_renew_calls_total`, `dlock_reconnects_total`. The `lock` label is the *template*
+//!   `dlock_renew_calls_total`, `dlock_renew_tick_seconds` (one watchdog tick, all its renewals),
+//!   `dlock_reconnects_total`. The `lock` label is the *template*
 //!   (`order:{id}` from `#[distributed_lock]`, [`Lock::label`] for a handle, else `other`),
 //!   never the rendered key, so series stay bounded. `examples/service.rs` serves them on
 //!   `/metrics`.

@@ -206,6 +206,10 @@ async fn locks_count_by_template_and_trace_their_acquires_and_holds() {
         value(&text, "dlock_renew_calls_total", &[]) >= 2.0,
         "renewals of plain:2"
     );
+    assert!(
+        value(&text, "dlock_renew_tick_seconds_count", &[]) >= 1.0,
+        "the watchdog ticks that sent those renewals"
+    );
 
     let log = logs.text();
     assert!(

@@ -293,6 +293,7 @@ async fn run(shared: Weak<Shared>, renewer: Renewer, url: String) {
             .await
             .unwrap_or_else(|_| vec![None; batch.len()]);
         let gone = apply(&s, &batch, results, (now, asked), &url);
+        telemetry::renew_tick(now.elapsed());
         if !gone.is_empty() {
             let limit = batch.iter().map(|h| h.lease / 3).min().unwrap_or_default();
             // On PostgreSQL a lost hold's row is gone or another owner's: nothing to announce
