@@ -15,7 +15,10 @@
 //! (before this, it made the peers' calls and the PING look slower).
 //!
 //! Paths:
-//! * **cycle**: acquire + release of one key, uncontended, the release awaited;
+//! * **cycle**: acquire + release of one key, uncontended, the release awaited; dlock twice:
+//!   with its command connection driven on the caller's multi-thread runtime (what a client
+//!   built there does), and through the client's own thread (a client built on a
+//!   current-thread runtime), so the row pair is the cost of that thread hop;
 //! * **attribute-style call**: one locked call with an empty body on a fresh key: dlock's
 //!   `#[distributed_lock]` (returns once its release is written), the same with the release
 //!   awaited (`acquire` + `release().await`, which is what the attribute did before), rslock's
@@ -78,6 +81,8 @@ const TTL: Duration = Duration::from_secs(30);
 /// The libraries, each with its own clients (two, for handoffs).
 struct Libs {
     dlock: [LockClient; 2],
+    /// A client whose commands its own thread carries (see [`on_its_own_thread`]).
+    dlock_own: LockClient,
     rslock: [rslock::LockManager; 2],
     dlk: [RedisLockProvider; 2],
 }
@@ -120,6 +125,13 @@ async fn one(libs: &Libs, path: &str, lib: &str, round: usize, i: usize) -> Dura
     match (path, lib) {
         ("cycle", "dlock") => {
             let lock = d0.lock("peers:cycle:dlock");
+            timed(async {
+                lock.acquire().await.unwrap().release().await.unwrap();
+            })
+            .await
+        }
+        ("cycle", "dlock, client's thread") => {
+            let lock = libs.dlock_own.lock("peers:cycle:dlock-own");
             timed(async {
                 lock.acquire().await.unwrap().release().await.unwrap();
             })
@@ -223,6 +235,26 @@ async fn one(libs: &Libs, path: &str, lib: &str, round: usize, i: usize) -> Dura
     }
 }
 
+/// A client built on a current-thread runtime that is gone by the time it is used: its
+/// command connections are driven by the client's own thread, so each request of a caller on
+/// `main`'s runtime crosses to that thread and its reply crosses back (the hop the client makes
+/// for callers it cannot drive connections on: a current-thread runtime, blocking code). The
+/// `dlock` row's client, built on `main`'s multi-thread runtime, drives its command connections
+/// there. Both rows in one run measure what the hop costs.
+fn on_its_own_thread(url: &str) -> LockClient {
+    let url = url.to_owned();
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a current-thread runtime")
+            .block_on(LockClient::connect(&url))
+            .expect("connect")
+    })
+    .join()
+    .expect("the building thread")
+}
+
 /// One PING's round trip on `conn`, after `idle` of doing nothing.
 async fn ping(conn: &mut MultiplexedConnection, idle: Duration) -> Duration {
     if !idle.is_zero() {
@@ -237,7 +269,15 @@ async fn ping(conn: &mut MultiplexedConnection, idle: Duration) -> Duration {
 }
 
 const PATHS: [(&str, &[&str]); 3] = [
-    ("cycle", &["dlock", "rslock", "distributed-lock"]),
+    (
+        "cycle",
+        &[
+            "dlock",
+            "dlock, client's thread",
+            "rslock",
+            "distributed-lock",
+        ],
+    ),
     (
         "call",
         &[
@@ -279,6 +319,7 @@ async fn main() {
             LockClient::connect(&url).await.expect("connect"),
             LockClient::connect(&url).await.expect("connect"),
         ],
+        dlock_own: on_its_own_thread(&url),
         rslock: [
             rslock::LockManager::new(vec![url.as_str()]),
             rslock::LockManager::new(vec![url.as_str()]),
