@@ -51,12 +51,20 @@ fn per_call(before: Option<Duration>, after: Option<Duration>, calls: usize) -> 
     Some(after?.checked_sub(before?)? / u32::try_from(calls).ok()?)
 }
 
-async fn select1(url: &str, n: usize, idle: Duration) -> Duration {
+/// The median `SELECT 1` round trip of `n`, each after `idle`, and the server's CPU per one
+/// (read while its connection is open: a backend's time goes with its process).
+async fn select1(
+    admin: &tokio_postgres::Client,
+    url: &str,
+    n: usize,
+    idle: Duration,
+) -> (Duration, Option<Duration>) {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .expect("connect");
     tokio::spawn(conn);
     let mut v = Vec::with_capacity(n);
+    let before = server_cpu(admin).await;
     for _ in 0..n {
         if !idle.is_zero() {
             tokio::time::sleep(idle).await;
@@ -65,7 +73,8 @@ async fn select1(url: &str, n: usize, idle: Duration) -> Duration {
         client.simple_query("SELECT 1").await.expect("SELECT 1");
         v.push(t.elapsed());
     }
-    median(v)
+    let cpu = per_call(before, server_cpu(admin).await, n);
+    (median(v), cpu)
 }
 
 #[tokio::main]
@@ -75,7 +84,10 @@ async fn main() {
         Ok(url) => url,
         Err(_) => {
             server = dlock::testing::PgServer::start().expect("start PostgreSQL");
-            println!("PG_URL unset: started a temporary PostgreSQL at {}", server.url());
+            println!(
+                "PG_URL unset: started a temporary PostgreSQL at {}",
+                server.url()
+            );
             server.url()
         }
     };
@@ -83,18 +95,20 @@ async fn main() {
         .await
         .expect("connect");
     tokio::spawn(conn);
-    let before = server_cpu(&admin).await;
-    let rtt = select1(&url, 2000, Duration::ZERO).await;
-    let select1_cpu = per_call(before, server_cpu(&admin).await, 2000);
-    let idle_rtt = select1(&url, 200, PARKED).await;
+    let (rtt, select1_cpu) = select1(&admin, &url, 2000, Duration::ZERO).await;
+    let (idle_rtt, _) = select1(&admin, &url, 200, PARKED).await;
     println!("SELECT 1 RTT (median of 2000): {rtt:?}; after {PARKED:?} idle (median of 200): {idle_rtt:?}\n");
 
     let (a, b) = (
         LockClient::connect(&url).await.expect("dlock"),
         LockClient::connect(&url).await.expect("dlock"),
     );
-    let provider = PostgresLockProvider::new(url.clone()).await.expect("distributed-lock");
-    let provider_b = PostgresLockProvider::new(url.clone()).await.expect("distributed-lock");
+    let provider = PostgresLockProvider::new(url.clone())
+        .await
+        .expect("distributed-lock");
+    let provider_b = PostgresLockProvider::new(url.clone())
+        .await
+        .expect("distributed-lock");
 
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     // Server CPU per cycle, one reading per round.
@@ -117,7 +131,10 @@ async fn main() {
         let before = server_cpu(&admin).await;
         for _ in 0..CYCLES {
             let t = Instant::now();
-            let h = lock.acquire(Some(Duration::from_secs(5))).await.expect("acquire");
+            let h = lock
+                .acquire(Some(Duration::from_secs(5)))
+                .await
+                .expect("acquire");
             h.release().await.expect("release");
             theirs.push(t.elapsed());
         }
@@ -161,7 +178,10 @@ async fn main() {
                 .expect("acquire");
             let waiting = provider_b.create_lock("peers:handoff");
             let next = tokio::spawn(async move {
-                let h = waiting.acquire(Some(Duration::from_secs(10))).await.expect("next");
+                let h = waiting
+                    .acquire(Some(Duration::from_secs(10)))
+                    .await
+                    .expect("next");
                 let at = Instant::now();
                 h.release().await.expect("release");
                 at
@@ -177,15 +197,24 @@ async fn main() {
     println!();
     match select1_cpu {
         Some(cpu) => println!("server CPU per SELECT 1: {cpu:.1?}"),
-        None => println!("server CPU: not measured (the server's processes are not on this machine)"),
+        None => {
+            println!("server CPU: not measured (the server's processes are not on this machine)")
+        }
     }
     for (name, v) in [("dlock", our_cpu), ("distributed-lock-postgres", their_cpu)] {
         if !v.is_empty() {
-            let (m, lo, hi) = (median(v.clone()), v.iter().min().unwrap(), v.iter().max().unwrap());
+            let (m, lo, hi) = (
+                median(v.clone()),
+                v.iter().min().unwrap(),
+                v.iter().max().unwrap(),
+            );
             println!("server CPU per uncontended cycle  {name:26} median {m:.1?} (rounds {lo:.1?}-{hi:.1?})");
         }
     }
-    for (name, v) in [("dlock (lease rows)", ours), ("distributed-lock-postgres (advisory)", theirs)] {
+    for (name, v) in [
+        ("dlock (lease rows)", ours),
+        ("distributed-lock-postgres (advisory)", theirs),
+    ] {
         let (m, p) = (median(v.clone()), p99(v));
         println!(
             "uncontended cycle  {name:38} p50 {m:>10.1?} ({:5.2} RTT)  p99 {p:>10.1?} ({:5.2} RTT)",
