@@ -49,6 +49,26 @@ DECLARE
 BEGIN
   PERFORM pg_advisory_xact_lock(hashtextextended(p_key, 0));
   v_now := clock_timestamp();
+  IF p_marker IS NULL THEN
+    -- The usual case in one statement: a top-level acquire takes a free lock of a known token
+    -- (each statement of a function costs more than its index lookup). It grants exactly when
+    -- the steps below would: free, not re-entered, the owner not done; token as below.
+    UPDATE @schema@.plain_locks l SET owner = p_owner, count = 1,
+        expires_at = v_now + p_lease_ms * interval '1 millisecond',
+        last = greatest(l.last + 1, (extract(epoch FROM v_now) * 1000000)::bigint),
+        latched = l.latched AND l.owner IS NOT DISTINCT FROM p_owner
+      WHERE l.key = p_key AND (l.owner IS NULL OR l.expires_at <= v_now) AND l.last > 0
+        AND NOT EXISTS (SELECT 1 FROM @schema@.latches g
+                        WHERE g.id = 'gone:' || p_owner AND g.expires_at > v_now)
+      RETURNING l.last INTO detail;
+    IF FOUND THEN
+      held := 1;
+      IF random() < 0.125 THEN
+        PERFORM @schema@.sweep(v_now);
+      END IF;
+      RETURN;
+    END IF;
+  END IF;
   SELECT l.* INTO v_row FROM @schema@.plain_locks l WHERE l.key = p_key;
   IF NOT FOUND THEN
     v_row := @schema@.plain_row(p_key, v_now);
@@ -131,23 +151,33 @@ DECLARE
   v_now timestamptz;
   v_row @schema@.plain_locks;
   v_request text;
+  v_freed boolean := false;
 BEGIN
   PERFORM pg_advisory_xact_lock(hashtextextended(p_key, 0));
   v_now := clock_timestamp();
-  SELECT l.* INTO v_row FROM @schema@.plain_locks l WHERE l.key = p_key;
-  IF NOT FOUND THEN
-    v_row := @schema@.plain_row(p_key, v_now);
-  END IF;
-  IF v_row.owner = p_owner AND v_row.expires_at > v_now THEN
-    IF v_row.latched THEN
-      -- A retry of a partial release of this hold that already ran: the same answer.
-      SELECT l.result INTO remaining FROM @schema@.latches l
-        WHERE l.id = p_latch AND l.expires_at > v_now;
-      IF FOUND THEN
-        RETURN;
-      END IF;
+  -- The usual case in one statement: the owner's only hold, no partial release before it.
+  UPDATE @schema@.plain_locks l SET owner = NULL, count = 0, expires_at = v_now
+    WHERE l.key = p_key AND l.owner = p_owner AND l.count = 1 AND l.expires_at > v_now
+      AND NOT l.latched;
+  IF FOUND THEN
+    remaining := 0;
+    v_freed := true;
+  ELSE
+    SELECT l.* INTO v_row FROM @schema@.plain_locks l WHERE l.key = p_key;
+    IF NOT FOUND THEN
+      v_row := @schema@.plain_row(p_key, v_now);
     END IF;
-    remaining := v_row.count - 1;
+    IF v_row.owner = p_owner AND v_row.expires_at > v_now THEN
+      IF v_row.latched THEN
+        -- A retry of a partial release of this hold that already ran: the same answer.
+        SELECT l.result INTO remaining FROM @schema@.latches l
+          WHERE l.id = p_latch AND l.expires_at > v_now;
+        IF FOUND THEN
+          RETURN;
+        END IF;
+      END IF;
+      remaining := v_row.count - 1;
+    END IF;
   END IF;
   IF remaining > 0 THEN
     UPDATE @schema@.plain_locks l SET count = remaining, latched = true,
@@ -160,8 +190,10 @@ BEGIN
       VALUES (p_latch, remaining, v_now + p_latch_ms * interval '1 millisecond')
       ON CONFLICT (id) DO UPDATE SET result = excluded.result, expires_at = excluded.expires_at;
   ELSIF remaining = 0 THEN
-    UPDATE @schema@.plain_locks l SET owner = NULL, count = 0, expires_at = v_now
-      WHERE l.key = p_key;
+    IF NOT v_freed THEN
+      UPDATE @schema@.plain_locks l SET owner = NULL, count = 0, expires_at = v_now
+        WHERE l.key = p_key;
+    END IF;
     -- Delivered at commit, so a woken waiter finds the lock free.
     PERFORM pg_notify(p_channel, 'released');
     listeners := -2;
