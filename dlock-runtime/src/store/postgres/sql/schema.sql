@@ -14,6 +14,9 @@
 -- * markers: likewise for an undone re-entry.
 -- * gone marks (latches 'gone:<owner>'): a crash ends every connection, so the late request
 --   they refuse cannot cross it; but they share the latch row of the release's retry above.
+-- What is lighter instead: a plain release commits without waiting for its WAL flush
+-- (plain_release says why that breaks no promise: a release lost in a crash keeps the lock
+-- until its lease ends).
 
 -- One row per (lock, owner): a semaphore one row per permit, a read-write lock one row per
 -- side and owner (owner 'r:<id>' / 'w:<id>'), a fair lock one for its holder (a plain lock's
