@@ -1,6 +1,7 @@
 -- The plain reentrant lock: lua/lock/*.lua with one row per lock (plain_locks, schema.sql),
--- with the same replies. Every op reads the key's row once and changes it in place; the row
--- stays when the lock is free, keeping the last fencing token.
+-- with the same replies. Every op changes the key's row in place (the usual acquire and
+-- release in one UPDATE each); the row stays when the lock is free, keeping the last fencing
+-- token.
 
 -- The row of p_key, made if missing (first use, or swept after a day unused), free and with
 -- no token yet (last 0: plain_acquire then starts from the key's fences row, where a schema of
