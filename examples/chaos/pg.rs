@@ -136,12 +136,14 @@ impl PgDeployment {
     /// Every row of dlock's tables on the primary, as the key check reads keys: one per row,
     /// named `pg:<table>:<key>`, with the ms until it ends (`pttl`).
     ///
-    /// * a row with an `expires_at` (holds, markers, intents, latches; a fair lock's queue
+    /// * a row with an `expires_at` (holds, a held plain lock's row in plain_locks, markers,
+    ///   intents, latches; a fair lock's queue
     ///   place, `keep_until`) ends then; one already
     ///   past it counts as absent everywhere (the next op on its key deletes it, `sweep()` an
     ///   abandoned one), so it is listed as `pg:<table>(expired):` with pttl 0, and kept;
     /// * release latches are kept on purpose until they expire;
-    /// * a fencing counter is kept on purpose: `sweep()` deletes it a day after its last token;
+    /// * a fencing counter is kept on purpose: `sweep()` deletes it a day after its last token
+    ///   (so is a free plain lock's row, which keeps its counter: not listed);
     /// * a semaphore's permit count lives as long as its holders' rows (listed as expired once
     ///   they all are), and never ends (-1) when it has none at all.
     pub fn rows_left(&self) -> Result<Vec<KeyLeft>, String> {
@@ -151,6 +153,8 @@ impl PgDeployment {
         let sql = format!(
             "SELECT coalesce(json_agg(json_build_array(t, k, ms)), '[]') FROM ( \
                SELECT 'holds' t, key k, {holds} ms FROM {SCHEMA}.holds \
+               UNION ALL SELECT 'plain_locks', key, {holds} FROM {SCHEMA}.plain_locks \
+                 WHERE owner IS NOT NULL \
                UNION ALL SELECT 'markers', id, {markers} FROM {SCHEMA}.markers \
                UNION ALL SELECT 'intents', key, {intents} FROM {SCHEMA}.intents \
                UNION ALL SELECT 'latches', id, {latches} FROM {SCHEMA}.latches \

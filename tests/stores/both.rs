@@ -162,7 +162,8 @@ fn zk(s: &Mutex<ZkServer>) -> std::sync::MutexGuard<'_, ZkServer> {
 
 impl Store {
     /// The owner ids a plain lock's `key` holds, as the store keeps them (Redis: the hash's
-    /// fields; PostgreSQL: the `holds` rows).
+    /// fields; PostgreSQL: the holder of its `plain_locks` row, and the `holds` rows a schema
+    /// of version 4 kept it in).
     pub fn owners(&self, key: &str) -> Vec<String> {
         match self {
             Store::Redis(s) => s
@@ -173,8 +174,10 @@ impl Store {
                 .collect(),
             Store::Postgres(s) => s
                 .psql(&format!(
-                    "SELECT owner FROM dlock.holds WHERE key = '{}' ORDER BY owner",
-                    key.replace('\'', "''")
+                    "SELECT owner FROM dlock.holds WHERE key = '{k}' UNION ALL \
+                     SELECT owner FROM dlock.plain_locks WHERE key = '{k}' \
+                       AND owner IS NOT NULL ORDER BY owner",
+                    k = key.replace('\'', "''")
                 ))
                 .expect("SELECT owner")
                 .lines()

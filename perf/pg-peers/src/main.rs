@@ -3,6 +3,9 @@
 //! acquire + release cycle as a ratio to a `SELECT 1` round trip of this run, and the handoff
 //! (release -> the waiting client holds) as a ratio to a `SELECT 1` sent after the same idle time,
 //! also for dlock's fair lock, whose release grants the waiter and tells it on its own channel.
+//! Where the server runs on this machine, also the server's CPU time per cycle (every server
+//! process's time on a CPU, from `/proc/<pid>/schedstat`, summed over the cycles), beside the
+//! same for one `SELECT 1`.
 
 use std::time::{Duration, Instant};
 
@@ -26,12 +29,42 @@ fn p99(mut v: Vec<Duration>) -> Duration {
     v[v.len() * 99 / 100]
 }
 
-async fn select1(url: &str, n: usize, idle: Duration) -> Duration {
+/// The CPU time every process of the server has used so far (backends, the WAL writer, ...),
+/// `None` where the server is not on this machine (its processes' `/proc` entries unreadable).
+async fn server_cpu(admin: &tokio_postgres::Client) -> Option<Duration> {
+    let rows = admin
+        .query("SELECT pid FROM pg_stat_activity", &[])
+        .await
+        .ok()?;
+    let mut ns = 0u64;
+    for row in rows {
+        let pid: i32 = row.get(0);
+        // The first field: ns spent on a CPU.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+        ns += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(Duration::from_nanos(ns))
+}
+
+/// Server CPU per call over a stretch of `calls` calls, from readings before and after.
+fn per_call(before: Option<Duration>, after: Option<Duration>, calls: usize) -> Option<Duration> {
+    Some(after?.checked_sub(before?)? / u32::try_from(calls).ok()?)
+}
+
+/// The median `SELECT 1` round trip of `n`, each after `idle`, and the server's CPU per one
+/// (read while its connection is open: a backend's time goes with its process).
+async fn select1(
+    admin: &tokio_postgres::Client,
+    url: &str,
+    n: usize,
+    idle: Duration,
+) -> (Duration, Option<Duration>) {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .expect("connect");
     tokio::spawn(conn);
     let mut v = Vec::with_capacity(n);
+    let before = server_cpu(admin).await;
     for _ in 0..n {
         if !idle.is_zero() {
             tokio::time::sleep(idle).await;
@@ -40,7 +73,8 @@ async fn select1(url: &str, n: usize, idle: Duration) -> Duration {
         client.simple_query("SELECT 1").await.expect("SELECT 1");
         v.push(t.elapsed());
     }
-    median(v)
+    let cpu = per_call(before, server_cpu(admin).await, n);
+    (median(v), cpu)
 }
 
 #[tokio::main]
@@ -50,41 +84,61 @@ async fn main() {
         Ok(url) => url,
         Err(_) => {
             server = dlock::testing::PgServer::start().expect("start PostgreSQL");
-            println!("PG_URL unset: started a temporary PostgreSQL at {}", server.url());
+            println!(
+                "PG_URL unset: started a temporary PostgreSQL at {}",
+                server.url()
+            );
             server.url()
         }
     };
-    let rtt = select1(&url, 2000, Duration::ZERO).await;
-    let idle_rtt = select1(&url, 200, PARKED).await;
+    let (admin, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    let (rtt, select1_cpu) = select1(&admin, &url, 2000, Duration::ZERO).await;
+    let (idle_rtt, _) = select1(&admin, &url, 200, PARKED).await;
     println!("SELECT 1 RTT (median of 2000): {rtt:?}; after {PARKED:?} idle (median of 200): {idle_rtt:?}\n");
 
     let (a, b) = (
         LockClient::connect(&url).await.expect("dlock"),
         LockClient::connect(&url).await.expect("dlock"),
     );
-    let provider = PostgresLockProvider::new(url.clone()).await.expect("distributed-lock");
-    let provider_b = PostgresLockProvider::new(url.clone()).await.expect("distributed-lock");
+    let provider = PostgresLockProvider::new(url.clone())
+        .await
+        .expect("distributed-lock");
+    let provider_b = PostgresLockProvider::new(url.clone())
+        .await
+        .expect("distributed-lock");
 
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    // Server CPU per cycle, one reading per round.
+    let (mut our_cpu, mut their_cpu) = (Vec::new(), Vec::new());
     let (mut our_handoffs, mut their_handoffs) = (Vec::new(), Vec::new());
     let mut fair_handoffs = Vec::new();
     for round in 0..ROUNDS {
         // dlock: the uncontended cycle.
         let lock = a.lock("peers:cycle");
+        let before = server_cpu(&admin).await;
         for _ in 0..CYCLES {
             let t = Instant::now();
             let g = lock.acquire().await.expect("acquire");
             g.release().await.expect("release");
             ours.push(t.elapsed());
         }
+        our_cpu.extend(per_call(before, server_cpu(&admin).await, CYCLES));
         // distributed-lock: the same.
         let lock = provider.create_lock("peers:cycle");
+        let before = server_cpu(&admin).await;
         for _ in 0..CYCLES {
             let t = Instant::now();
-            let h = lock.acquire(Some(Duration::from_secs(5))).await.expect("acquire");
+            let h = lock
+                .acquire(Some(Duration::from_secs(5)))
+                .await
+                .expect("acquire");
             h.release().await.expect("release");
             theirs.push(t.elapsed());
         }
+        their_cpu.extend(per_call(before, server_cpu(&admin).await, CYCLES));
         // dlock: handoff between two clients.
         for _ in 0..HANDOFFS {
             let g = a.lock("peers:handoff").acquire().await.expect("acquire");
@@ -124,7 +178,10 @@ async fn main() {
                 .expect("acquire");
             let waiting = provider_b.create_lock("peers:handoff");
             let next = tokio::spawn(async move {
-                let h = waiting.acquire(Some(Duration::from_secs(10))).await.expect("next");
+                let h = waiting
+                    .acquire(Some(Duration::from_secs(10)))
+                    .await
+                    .expect("next");
                 let at = Instant::now();
                 h.release().await.expect("release");
                 at
@@ -138,7 +195,26 @@ async fn main() {
     }
     let ratio = |d: Duration, base: Duration| d.as_secs_f64() / base.as_secs_f64();
     println!();
-    for (name, v) in [("dlock (lease rows)", ours), ("distributed-lock-postgres (advisory)", theirs)] {
+    match select1_cpu {
+        Some(cpu) => println!("server CPU per SELECT 1: {cpu:.1?}"),
+        None => {
+            println!("server CPU: not measured (the server's processes are not on this machine)")
+        }
+    }
+    for (name, v) in [("dlock", our_cpu), ("distributed-lock-postgres", their_cpu)] {
+        if !v.is_empty() {
+            let (m, lo, hi) = (
+                median(v.clone()),
+                v.iter().min().unwrap(),
+                v.iter().max().unwrap(),
+            );
+            println!("server CPU per uncontended cycle  {name:26} median {m:.1?} (rounds {lo:.1?}-{hi:.1?})");
+        }
+    }
+    for (name, v) in [
+        ("dlock (lease rows)", ours),
+        ("distributed-lock-postgres (advisory)", theirs),
+    ] {
         let (m, p) = (median(v.clone()), p99(v));
         println!(
             "uncontended cycle  {name:38} p50 {m:>10.1?} ({:5.2} RTT)  p99 {p:>10.1?} ({:5.2} RTT)",

@@ -19,17 +19,24 @@ use crate::store::stored::{StoredHold, StoredLock};
 /// The statement, for the schema `s` (quoted). `$1`: the keys to read, or NULL for all.
 fn sql(s: &str) -> String {
     // `ms_until`'s arithmetic inline rather than the schema's function: this read then works
-    // against a schema of any version that has these tables.
+    // against a schema of any version that has these tables (5 on, for `plain_locks`; a
+    // client migrates an older one at connect).
     let left = |col: &str| {
         format!("greatest(0, floor(extract(epoch FROM ({col} - now.t)) * 1000))::bigint")
     };
     let hold_left = left("h.expires_at");
+    let plain_left = left("l.expires_at");
     let intent_left = left("i.expires_at");
     format!(
         "WITH now AS (SELECT clock_timestamp() AS t) \
          SELECT 'hold' AS part, h.key, h.owner, h.count::bigint, {hold_left}, n.full_key \
            FROM {s}.holds h CROSS JOIN now LEFT JOIN {s}.long_names n ON n.key = h.key \
            WHERE h.expires_at > now.t AND ($1::text[] IS NULL OR h.key = ANY ($1)) \
+         UNION ALL \
+         SELECT 'hold', l.key, l.owner, l.count::bigint, {plain_left}, n.full_key \
+           FROM {s}.plain_locks l CROSS JOIN now LEFT JOIN {s}.long_names n ON n.key = l.key \
+           WHERE l.owner IS NOT NULL AND l.expires_at > now.t \
+             AND ($1::text[] IS NULL OR l.key = ANY ($1)) \
          UNION ALL \
          SELECT 'intent', i.key, i.owner, 1::bigint, {intent_left}, n.full_key \
            FROM {s}.intents i CROSS JOIN now LEFT JOIN {s}.long_names n ON n.key = i.key \

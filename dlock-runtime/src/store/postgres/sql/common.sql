@@ -16,24 +16,22 @@ CREATE OR REPLACE FUNCTION @schema@.ms_until(p_until timestamptz, p_now timestam
 LANGUAGE sql STABLE SECURITY INVOKER SET search_path = pg_catalog, pg_temp
 AS $body$ SELECT greatest(0, floor(extract(epoch FROM (p_until - p_now)) * 1000))::bigint $body$;
 
--- Deletes a few expired rows of any lock. Called at the end of every acquire that took a free
--- lock and every release, so the tables stay bounded by the op rate without a background task
+-- Deletes a few expired rows of any lock. Called at the end of one in eight acquires that took
+-- a free lock and releases, so the tables stay bounded by the op rate without a background task
 -- in every client (and without a timer that a pooler or a paused client would skip). SKIP
 -- LOCKED, advisory locks taken only without waiting, and the position at the very end of the
 -- caller (nothing waited for after it) keep it from ever blocking or deadlocking an op; LIMIT
--- bounds its cost.
+-- bounds its cost. One op in eight, up to 32 rows a table: that is four rows an op, more than
+-- the one latch or marker an op leaves, at an eighth of the cost (measured: a sweep on every op
+-- was a fifth of an uncontended cycle's server time). The caller draws the eighth, which saves
+-- the other seven a function call and its search_path switch (issue 39).
 CREATE OR REPLACE FUNCTION @schema@.sweep(p_now timestamptz) RETURNS void
 LANGUAGE plpgsql SECURITY INVOKER SET search_path = pg_catalog, pg_temp
 AS $body$
 DECLARE
   v_keys text[];
+  v_size bigint;
 BEGIN
-  -- One op in eight sweeps, up to 32 rows a table: that is four rows an op, more than the one
-  -- latch or marker an op leaves, at an eighth of the cost (measured: a sweep on every op was
-  -- a fifth of an uncontended cycle's server time).
-  IF random() >= 0.125 THEN
-    RETURN;
-  END IF;
   DELETE FROM @schema@.latches WHERE id IN (
     SELECT l.id FROM @schema@.latches l WHERE l.expires_at < p_now
     ORDER BY l.expires_at LIMIT 32 FOR UPDATE SKIP LOCKED);
@@ -62,12 +60,37 @@ BEGIN
     DELETE FROM @schema@.permits p WHERE p.key = ANY (v_keys)
       AND NOT EXISTS (SELECT 1 FROM @schema@.holds h WHERE h.key = p.key);
   END IF;
+  -- Plain locks unused for a day: their row says nothing then that the clock term of the
+  -- next token does not (as for fences below). The table has no index but its key, so every
+  -- update of a row stays HOT (schema.sql), and rows are found by sampling about two of its
+  -- pages at random (a sampled page costs its rows' reads; a table of any size is covered in
+  -- time, and one growing by an op's row is shrunk by up to 32 rows a sweep). Only keys whose
+  -- advisory lock this takes without waiting, as for holds above.
+  -- The table found through its row type: the schema's name is never written as a literal.
+  SELECT pg_relation_size(t.typrelid) INTO v_size FROM pg_type t
+    WHERE t.oid = pg_typeof(NULL::@schema@.plain_locks);
+  IF v_size > 0 THEN
+    SELECT array_agg(c.key) INTO v_keys FROM (
+      SELECT l.key FROM @schema@.plain_locks l
+        TABLESAMPLE SYSTEM (least(100, 200.0 * 8192 / greatest(v_size, 8192)))
+      WHERE l.expires_at < p_now - interval '1 day'
+        AND l.last < @schema@.micros(p_now) - 86400000000
+      LIMIT 32) c
+    WHERE pg_try_advisory_xact_lock(hashtextextended(c.key, 0));
+    IF v_keys IS NOT NULL THEN
+      DELETE FROM @schema@.plain_locks l WHERE l.key = ANY (v_keys)
+        AND l.expires_at < p_now - interval '1 day'
+        AND l.last < @schema@.micros(p_now) - 86400000000;
+    END IF;
+  END IF;
   -- The whole text of hashed keys (names.sql) whose locks are gone: a minute after their last
   -- acquire, so one that is about to take its lock keeps it.
   DELETE FROM @schema@.long_names WHERE key IN (
     SELECT n.key FROM @schema@.long_names n
     WHERE n.written_at < p_now - interval '1 minute'
       AND NOT EXISTS (SELECT 1 FROM @schema@.holds h WHERE h.key = n.key)
+      AND NOT EXISTS (SELECT 1 FROM @schema@.plain_locks l
+                      WHERE l.key = n.key AND l.owner IS NOT NULL)
     ORDER BY n.written_at LIMIT 32 FOR UPDATE SKIP LOCKED);
   -- A counter more than a day behind the clock gives nothing the clock term does not: the
   -- next token is greatest(last + 1, clock) either way, unless the clock steps back a day.
@@ -105,6 +128,14 @@ BEGIN
         WHEN p_grow THEN greatest(h.expires_at, v_now + p_leases[i] * interval '1 millisecond')
         ELSE v_now + p_leases[i] * interval '1 millisecond' END
       WHERE h.key = p_keys[i] AND h.owner = p_owners[i] AND h.expires_at > v_now;
+    IF NOT FOUND THEN
+      -- A plain lock's hold (its own table, plain.sql).
+      UPDATE @schema@.plain_locks l
+        SET expires_at = CASE
+          WHEN p_grow THEN greatest(l.expires_at, v_now + p_leases[i] * interval '1 millisecond')
+          ELSE v_now + p_leases[i] * interval '1 millisecond' END
+        WHERE l.key = p_keys[i] AND l.owner = p_owners[i] AND l.expires_at > v_now;
+    END IF;
     v_out := v_out || (CASE WHEN FOUND THEN 1 ELSE 0 END)::bigint;
   END LOOP;
   RETURN v_out;
@@ -123,6 +154,12 @@ BEGIN
   v_now := clock_timestamp();
   SELECT count(*) INTO v_live FROM @schema@.holds h WHERE h.key = p_key AND h.expires_at > v_now;
   DELETE FROM @schema@.holds WHERE key = p_key;
+  -- A plain lock's row stays, free, keeping its token.
+  UPDATE @schema@.plain_locks l SET owner = NULL, count = 0, expires_at = v_now, latched = false
+    WHERE l.key = p_key AND l.owner IS NOT NULL AND l.expires_at > v_now;
+  IF FOUND THEN
+    v_live := v_live + 1;
+  END IF;
   DELETE FROM @schema@.permits WHERE key = p_key;
   DELETE FROM @schema@.intents WHERE key = p_key;
   IF v_live = 0 THEN
@@ -142,8 +179,11 @@ DECLARE
   v_now timestamptz := clock_timestamp();
   v_until timestamptz;
 BEGIN
-  SELECT max(h.expires_at) INTO v_until FROM @schema@.holds h
-    WHERE h.key = p_key AND h.expires_at > v_now;
+  SELECT max(u.t) INTO v_until FROM (
+    SELECT h.expires_at AS t FROM @schema@.holds h WHERE h.key = p_key AND h.expires_at > v_now
+    UNION ALL
+    SELECT l.expires_at FROM @schema@.plain_locks l
+      WHERE l.key = p_key AND l.owner IS NOT NULL AND l.expires_at > v_now) u;
   IF v_until IS NULL THEN
     RETURN -2;
   END IF;

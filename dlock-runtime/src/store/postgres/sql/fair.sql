@@ -166,7 +166,9 @@ BEGIN
       END IF;
       held := 1;
       PERFORM @schema@.fair_sweep(v_now);
-      PERFORM @schema@.sweep(v_now);
+      IF random() < 0.125 THEN
+        PERFORM @schema@.sweep(v_now);
+      END IF;
       RETURN;
     END IF;
     -- Free, but somebody came first (its holder expired without a release): its turn now.
@@ -238,7 +240,9 @@ BEGIN
     PERFORM pg_notify(p_channel, 'released');
   END IF;
   PERFORM @schema@.fair_sweep(v_now);
-  PERFORM @schema@.sweep(v_now);
+  IF random() < 0.125 THEN
+    PERFORM @schema@.sweep(v_now);
+  END IF;
   RETURN v_result;
 END
 $body$;

@@ -2,8 +2,8 @@
 --
 -- A schema migrated from version 2 by its owner has roles granted its tables then (`GRANT ...
 -- ON ALL TABLES` covers only the tables that exist when it runs): without a grant on the new
--- tables (`long_names`, `fair_queue`), their long names, fair locks and every op's sweep would
--- be refused. So every role that may use `holds` gets the same on each. Idempotent; the
+-- tables (`long_names`, `fair_queue`, `plain_locks`), their long names, fair locks, plain locks
+-- and every op's sweep would be refused. So every role that may use `holds` gets the same on each. Idempotent; the
 -- tables are found through their row types, so the schema's name never has to be written as
 -- a string literal.
 DO $body$
@@ -14,7 +14,9 @@ DECLARE
     (SELECT t.typrelid FROM pg_catalog.pg_type t
       WHERE t.oid = pg_catalog.pg_typeof(NULL::@schema@.long_names)),
     (SELECT t.typrelid FROM pg_catalog.pg_type t
-      WHERE t.oid = pg_catalog.pg_typeof(NULL::@schema@.fair_queue))];
+      WHERE t.oid = pg_catalog.pg_typeof(NULL::@schema@.fair_queue)),
+    (SELECT t.typrelid FROM pg_catalog.pg_type t
+      WHERE t.oid = pg_catalog.pg_typeof(NULL::@schema@.plain_locks))];
   v_table oid;
   v_grant record;
 BEGIN

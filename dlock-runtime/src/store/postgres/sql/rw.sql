@@ -74,7 +74,9 @@ BEGIN
       DELETE FROM @schema@.intents WHERE key = p_key;
     END IF;
     held := 1;
-    PERFORM @schema@.sweep(v_now);
+    IF random() < 0.125 THEN
+      PERFORM @schema@.sweep(v_now);
+    END IF;
     RETURN;
   END IF;
 
@@ -224,7 +226,9 @@ BEGIN
     -- A reader leaving while others read (or while its own writer holds) wakes nobody.
   END IF;
   IF p_mode = 'latch' THEN
-    PERFORM @schema@.sweep(v_now);
+    IF random() < 0.125 THEN
+      PERFORM @schema@.sweep(v_now);
+    END IF;
   END IF;
   RETURN v_result;
 END

@@ -57,7 +57,9 @@ BEGIN
     ON CONFLICT (key) DO UPDATE SET permits = excluded.permits;
   held := 1;
   detail := 0;
-  PERFORM @schema@.sweep(v_now);
+  IF random() < 0.125 THEN
+    PERFORM @schema@.sweep(v_now);
+  END IF;
 END
 $body$;
 
@@ -96,7 +98,9 @@ BEGIN
   IF NOT EXISTS (SELECT 1 FROM @schema@.holds h WHERE h.key = p_key) THEN
     DELETE FROM @schema@.permits WHERE key = p_key;
   END IF;
-  PERFORM @schema@.sweep(v_now);
+  IF random() < 0.125 THEN
+    PERFORM @schema@.sweep(v_now);
+  END IF;
   RETURN v_result;
 END
 $body$;
