@@ -1152,6 +1152,66 @@ async fn a_version_4_hold_and_token_survive_the_migration() {
     assert!(token > v4_token, "{token} after version 4's {v4_token}");
 }
 
+/// Review of issue 39's layout: a version-4 hold whose partial release ran before the
+/// migration (count 2 -> 1, its latch under the request id) and whose reply was lost: the retry,
+/// sent after the migration, is answered from that latch, not applied again (which would free
+/// the lock under its owner's outer scope and let b in).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_version_4_partial_release_retried_after_the_migration_is_applied_once() {
+    if !available("a_version_4_partial_release_retried_after_the_migration_is_applied_once") {
+        return;
+    }
+    let url = shared().url();
+    let schema = fresh_schema("v4latch");
+    let q = super::schema::quote_ident(&schema);
+    drop(store_at(&url, &schema).await);
+    let (raw, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let a = claim(&Plain, "order:4l", "a", LEASE);
+    let key = super::names::stored(&a.keys.key).into_owned();
+    let retried = format!("{}l1", a.keys.latch_prefix);
+    raw.batch_execute(&format!(
+        "DROP FUNCTION {q}.plain_row; DROP TABLE {q}.plain_locks; \
+         ALTER TABLE {q}.latches DROP COLUMN request; UPDATE {q}.meta SET version = 4;"
+    ))
+    .await
+    .unwrap();
+    raw.execute(
+        &format!(
+            "INSERT INTO {q}.holds (key, owner, count, expires_at) \
+             VALUES ($1, 'a', 1, clock_timestamp() + interval '10 seconds')"
+        ),
+        &[&key],
+    )
+    .await
+    .unwrap();
+    raw.execute(
+        &format!(
+            "INSERT INTO {q}.latches (id, result, expires_at) \
+             VALUES ($1, 1, clock_timestamp() + interval '10 seconds')"
+        ),
+        &[&retried],
+    )
+    .await
+    .unwrap();
+
+    let store = store_at(&url, &schema).await;
+    let link = store.link_for(&a.keys.key);
+    assert_eq!(
+        link.release(&Plain, &a, &retried, LEASE).await.unwrap(),
+        (1, None),
+        "the retry answered as its first run, nothing released twice"
+    );
+    let b = claim(&Plain, "order:4l", "b", LEASE);
+    let (count, _) = link.acquire(&Plain, &b, None, LEASE).await.unwrap();
+    assert_eq!(count, 0, "b let in while a's outer hold goes on");
+    let last = format!("{}l2", a.keys.latch_prefix);
+    assert_eq!(
+        link.release(&Plain, &a, &last, LEASE).await.unwrap(),
+        (0, Some(-2))
+    );
+}
+
 /// Issue 39: plain locks' rows stay while free (they keep the counter), so the sweep deletes
 /// those unused for a day, found by sampling the table: within a bounded number of sweeps every
 /// such row is gone, while a row in use, a free one of today and a held lock's long name stay.

@@ -29,8 +29,11 @@ BEGIN
     v_count := 0;
     v_until := p_now;
   END IF;
+  -- A hold moved in from version 4 counts as latched: a partial release of it may have run
+  -- there, its latch under its request id, and a retry of it must be answered from that latch,
+  -- not applied again (the one-UPDATE release skips the look only for rows never latched).
   INSERT INTO @schema@.plain_locks AS l (key, owner, count, expires_at, last, latched)
-    VALUES (p_key, v_owner, v_count, v_until, 0, false)
+    VALUES (p_key, v_owner, v_count, v_until, 0, v_owner IS NOT NULL)
     RETURNING l.* INTO v_row;
   RETURN v_row;
 END
@@ -155,16 +158,17 @@ DECLARE
   v_freed boolean := false;
 BEGIN
   PERFORM pg_advisory_xact_lock(hashtextextended(p_key, 0));
-  -- Committed without waiting for its WAL flush (this transaction only, which ends with this
-  -- call): with fsync on, the flush was half of a cycle's time (4 ms here, against 0.05 ms for
+  -- A release that freed or decreased a live hold is committed without waiting for its WAL
+  -- flush (set below, for this transaction only, which ends with this call): with fsync on, the flush was half of a cycle's time (4 ms here, against 0.05 ms for
   -- a SELECT 1) and sat between a release and its waiter's grant. A crash can lose only a
   -- release not flushed yet, and with it its latch and gone mark (the WAL is one sequence):
   -- the lock is then held by its done owner until its lease ends (its watchdog stopped before
   -- the release was sent), never by two owners, and a retry finds the hold and releases it
   -- once. The acquire that takes the lock next waits for its own flush, which writes this
   -- release's first. An acquire never skips its flush: a grant lost in a crash would let a
-  -- second owner in while the first still holds.
-  PERFORM set_config('synchronous_commit', 'off', true);
+  -- second owner in while the first still holds. A release that found nothing keeps its
+  -- flush: its gone mark must survive a crash, since the late acquire it refuses may cross a
+  -- restart queued in a pooler.
   v_now := clock_timestamp();
   -- The usual case in one statement: the owner's only hold, no partial release before it.
   UPDATE @schema@.plain_locks l SET owner = NULL, count = 0, expires_at = v_now
@@ -189,6 +193,9 @@ BEGIN
       END IF;
       remaining := v_row.count - 1;
     END IF;
+  END IF;
+  IF remaining >= 0 THEN
+    PERFORM set_config('synchronous_commit', 'off', true);
   END IF;
   IF remaining > 0 THEN
     UPDATE @schema@.plain_locks l SET count = remaining, latched = true,
