@@ -10,16 +10,18 @@ use metrics_util::debugging::Snapshotter;
 use crate::pictures::Curves;
 use crate::stats::{quantile, renew_ticks, show};
 use crate::store::Store;
-use crate::{heap_bytes, Args};
+use crate::{heap_bytes, Args, StoreKind};
 
 /// Acquires and releases in flight at once.
 const IN_FLIGHT: usize = 64;
 
 pub async fn sweep(store: &Store, args: &Args, snapshots: &Snapshotter, curves: &mut Curves) {
-    println!(
-        "held locks (lease {:?}, renewals watched for {:?}):",
-        args.lease, args.watch
-    );
+    let (lease, watch) = if store.kind == StoreKind::Postgres {
+        (args.lease_postgres, args.watch_postgres)
+    } else {
+        (args.lease, args.watch)
+    };
+    println!("held locks (lease {lease:?}, renewals watched for {watch:?}):");
     println!(
         "{:>8} {:>12} {:>12} {:>14} {:>10} {:>10} {:>8} {:>10} {:>10}",
         "N",
@@ -36,7 +38,7 @@ pub async fn sweep(store: &Store, args: &Args, snapshots: &Snapshotter, curves: 
     for &n in &args.held {
         let client = store
             .builder()
-            .default_ttl(args.lease)
+            .default_ttl(lease)
             .build()
             .await
             .expect("connect");
@@ -61,14 +63,14 @@ pub async fn sweep(store: &Store, args: &Args, snapshots: &Snapshotter, curves: 
         // Renewals: the server time spent across a stretch where only they run.
         let renew_before = store.renew_time().await;
         let watch_started = Instant::now();
-        tokio::time::sleep(args.watch).await;
+        tokio::time::sleep(watch).await;
         let renew = store.renew_time().await.saturating_sub(renew_before);
         let watched = watch_started.elapsed();
         let mut ticks = renew_ticks(snapshots);
         let lost = guards.iter().filter(|g| g.is_lost()).count();
         let renew_ms_per_s = renew.as_secs_f64() * 1e3 / watched.as_secs_f64();
         // Each hold is renewed every lease / 3: µs of server time per renewal.
-        let renewals = n as f64 * watched.as_secs_f64() / (args.lease.as_secs_f64() / 3.0);
+        let renewals = n as f64 * watched.as_secs_f64() / (lease.as_secs_f64() / 3.0);
         let per_renewal_us = renew.as_secs_f64() * 1e6 / renewals;
         println!(
             "{:>8} {:>12.0} {:>12.0} {:>14.2} {:>8.2}µs {:>10.1} {:>8} {:>10} {:>10.0}{}",
@@ -90,7 +92,8 @@ pub async fn sweep(store: &Store, args: &Args, snapshots: &Snapshotter, curves: 
         let x = n as f64;
         curves.add("held-memory", &format!("{label}, client"), x, heap);
         curves.add("held-memory", &format!("{label}, server"), x, server);
-        curves.add("held-renewals", label, x, renew_ms_per_s);
+        // Per renewal, so that stores renewing at different leases compare.
+        curves.add("held-renewals", label, x, per_renewal_us);
         curves.add(
             "held-tick",
             &format!("{label}, p50"),

@@ -76,13 +76,7 @@ const PICTURES: &[(&str, &[Panel])] = &[
         "held",
         &[
             panel("held-memory", "Memory per held lock", HELD, "bytes", false),
-            panel(
-                "held-renewals",
-                "Server time renewing",
-                HELD,
-                "ms per s",
-                true,
-            ),
+            panel("held-renewals", "Server time per renewal", HELD, "µs", true),
             panel("held-tick", "Watchdog tick", HELD, "ms", true),
         ],
     ),

@@ -3,9 +3,10 @@
 //!
 //! * **held**: N locks held at once by one client (N = 1k, 10k, 100k): the client's heap bytes
 //!   per hold, the server's bytes per hold, the server time spent on renewals per second of
-//!   wall time (a short lease, `--lease`, so that renewals come every `lease / 3`; at the 30 s
-//!   default they come ten times more rarely), the watchdog's tick duration (p50 / p99, from
-//!   the `dlock_renew_tick_seconds` histogram).
+//!   wall time (a short lease on Redis, `--lease`, so that renewals come every `lease / 3`; at
+//!   the 30 s default they come ten times more rarely; PostgreSQL keeps the default,
+//!   `--lease-postgres`), the watchdog's tick duration (p50 / p99, from the
+//!   `dlock_renew_tick_seconds` histogram).
 //! * **waiters**: W tasks of one client waiting on K keys held by another client (W = 10 ..
 //!   10k, K = 1, 10, 1k): the server's client connections (they must not grow with W), the
 //!   client's heap bytes per waiting task, and the wake-up latency from a release to the next
@@ -122,6 +123,13 @@ pub struct Args {
     /// How long renewals are watched at each N.
     #[arg(long, value_parser = parse_secs, default_value = "6")]
     pub watch: Duration,
+    /// The lease and the watch on PostgreSQL, whose renewals cost its server about ten times
+    /// Redis's per hold (at a 3 s lease, 100k holds would need more than one backend's time).
+    #[arg(long, value_parser = parse_secs, default_value = "30")]
+    pub lease_postgres: Duration,
+    /// How long renewals are watched at each N on PostgreSQL.
+    #[arg(long, value_parser = parse_secs, default_value = "21")]
+    pub watch_postgres: Duration,
     /// Waiting tasks.
     #[arg(long, value_delimiter = ',', default_value = "10,100,1000,10000")]
     pub waiters: Vec<usize>,

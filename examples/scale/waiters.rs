@@ -30,6 +30,18 @@ pub async fn sweep(store: &Store, args: &Args, round_trip: Duration, curves: &mu
     );
     let label = store.kind.label();
     let run = std::process::id();
+    {
+        // What a waiting task's own future weighs, part of the memory per waiter below.
+        let client = store.builder().build().await.expect("connect");
+        let lock = client.lock("scale:wait:probe");
+        let acquire = lock.acquire();
+        println!(
+            "(an acquire future is {} bytes before it first runs)",
+            std::mem::size_of_val(&acquire)
+        );
+        drop(acquire);
+        client.shutdown().await;
+    }
     for &k in &args.keys {
         for &w in &args.waiters {
             if k > w {
