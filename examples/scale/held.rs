@@ -9,7 +9,7 @@ use metrics_util::debugging::Snapshotter;
 
 use crate::pictures::Curves;
 use crate::stats::{quantile, renew_ticks, show};
-use crate::store::Store;
+use crate::store::{warm_up, Store};
 use crate::{heap_bytes, Args, StoreKind};
 
 /// Acquires and releases in flight at once.
@@ -44,14 +44,7 @@ pub async fn sweep(store: &Store, args: &Args, snapshots: &Snapshotter, curves: 
             .expect("connect");
         // A first lock so that connections, scripts and the schema are in place before the
         // baseline.
-        client
-            .lock(format!("scale:held:warm:{n}"))
-            .acquire()
-            .await
-            .expect("warm-up acquire")
-            .release()
-            .await
-            .expect("warm-up release");
+        warm_up(&client, format!("scale:held:warm:{n}")).await;
         renew_ticks(snapshots);
         let (heap_before, server_before) = (heap_bytes(), store.memory().await);
         let started = Instant::now();

@@ -11,7 +11,7 @@ use tokio::process::{Child, ChildStdout, Command};
 
 use crate::pictures::Curves;
 use crate::stats::{quantile, show};
-use crate::store::{builder, Store};
+use crate::store::{builder, warm_up, Store};
 use crate::{Args, Kind, StoreKind};
 
 /// Bound on a worker's start (connect, warm-up) and, beyond its run, on its report.
@@ -175,14 +175,7 @@ pub async fn worker(args: &[String]) {
         .build()
         .await
         .expect("a worker connects");
-    client
-        .lock(format!("{prefix}:warm:{}", std::process::id()))
-        .acquire()
-        .await
-        .expect("warm-up acquire")
-        .release()
-        .await
-        .expect("warm-up release");
+    warm_up(&client, format!("{prefix}:warm:{}", std::process::id())).await;
     println!("ready");
     let mut go = String::new();
     BufReader::new(tokio::io::stdin())

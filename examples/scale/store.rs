@@ -227,6 +227,19 @@ impl Store {
     }
 }
 
+/// Takes and releases one lock, so that a client's connections, scripts (or schema) are in
+/// place before anything is measured.
+pub async fn warm_up(client: &LockClient, name: String) {
+    client
+        .lock(name)
+        .acquire()
+        .await
+        .expect("warm-up acquire")
+        .release()
+        .await
+        .expect("warm-up release");
+}
+
 /// A lock client builder for `kind` at `url` (a cluster's seeds comma-separated).
 pub fn builder(kind: StoreKind, url: &str) -> LockClientBuilder {
     match kind {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::pictures::Curves;
 use crate::stats::{quantile, show};
-use crate::store::Store;
+use crate::store::{warm_up, Store};
 use crate::{heap_bytes, Args};
 
 /// Bound on each waiter's acquire, and on the whole point.
@@ -53,14 +53,7 @@ pub async fn sweep(store: &Store, args: &Args, round_trip: Duration, curves: &mu
                 .map(|i| format!("scale:wait:{run}:{w}:{k}:{i}"))
                 .collect();
             // Warm the waiters' client (connections, scripts) before its baseline.
-            waiting
-                .lock(format!("scale:wait:{run}:{w}:{k}:warm"))
-                .acquire()
-                .await
-                .expect("warm-up acquire")
-                .release()
-                .await
-                .expect("warm-up release");
+            warm_up(&waiting, format!("scale:wait:{run}:{w}:{k}:warm")).await;
             let mut held = Vec::with_capacity(k);
             for name in &names {
                 held.push(
