@@ -79,6 +79,7 @@ macro_rules! sources {
 
 sources! {
     LOCK_ACQUIRE = "lock_acquire", Takes, include_str!("../../../../lua/lock/acquire.lua");
+    LOCK_REENTER = "lock_reenter", Takes, include_str!("../../../../lua/lock/reenter.lua");
     LOCK_RELEASE = "lock_release", Frees, include_str!("../../../../lua/lock/release.lua");
     LOCK_UNDO_REENTRY = "lock_undo_reentry", Frees, include_str!("../../../../lua/lock/undo_reentry.lua");
     LOCK_RENEW = "lock_renew", Frees, include_str!("../../../../lua/lock/renew.lua");
