@@ -103,6 +103,8 @@ sources! {
         include_str!("../../../../lua/semaphore/force_unlock.lua");
     REDISSON_LOCK_ACQUIRE = "redisson_lock_acquire", Takes,
         include_str!("../../../../lua/redisson/lock_acquire.lua");
+    REDISSON_LOCK_REENTER = "redisson_lock_reenter", Takes,
+        include_str!("../../../../lua/redisson/lock_reenter.lua");
     REDISSON_FENCED_LOCK_ACQUIRE = "redisson_fenced_lock_acquire", Takes,
         include_str!("../../../../lua/redisson/fenced_lock_acquire.lua");
     REDISSON_LOCK_RELEASE = "redisson_lock_release", Frees,
