@@ -294,8 +294,8 @@ async fn a_reader_joining_a_read_period_restored_from_an_older_snapshot_is_above
 /// behind the clock (shorter, or as long and smaller) gives way to the clock, and one ahead of
 /// it (the clock stepped back, or grants came faster than one per µs) is counted on from. The
 /// acquire script compares the two as text, not as numbers (issue 39: number conversions cost
-/// more server time than the clock read), so each order is checked, with the counter left
-/// as the token's source.
+/// more server time than the clock read), so each order is checked: "99999" is above the
+/// clock's text but below its number, and only the length tells.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_counter_or_the_clock_whichever_is_ahead_gives_the_next_token() {
     let server = common::server();
@@ -309,7 +309,7 @@ async fn the_counter_or_the_clock_whichever_is_ahead_gives_the_next_token() {
     assert_eq!(tokens[0], first * 1024, "a token is the counter times 1024");
 
     let behind_same_length = (first - 1_000_000_000).to_string();
-    for behind in ["12345", behind_same_length.as_str()] {
+    for behind in ["99999", behind_same_length.as_str()] {
         cmd_ok(&server.url(), &["SET", &fence, behind]).await;
         cycles(&client, 1, &mut tokens).await;
         let counter = fence_value(&server.url(), &fence).await.expect("counter");
