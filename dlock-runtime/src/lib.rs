@@ -300,22 +300,22 @@
 //!
 //! ## Redis server time
 //!
-//! Every acquire and release is a script the Redis core runs alone, so script time sets how
-//! many locks one server can serve. `cargo run --release --example server_cost` measures it
-//! per kind through the real API (`INFO commandstats`, 20,000 calls a stretch, fresh keys;
-//! `-- --cluster` on a local 3-master cluster); `perf/script_cost.sh` compares one script's
-//! old and new text pipelined. Redis 7.0 on a 2-core VM shared with other builds (load 4-10),
-//! the build before issue 39's cuts (207d087) and after them interleaved, 3 runs each, medians
-//! and ranges, µs per call (the cycle stretch runs acquire and release back to back and moves
-//! most with the load):
+//! Every acquire and release is a script the Redis core runs alone, so script time sets how many
+//! locks one server can serve. `cargo run --release --example server_cost` measures it per kind
+//! through the real API (`INFO commandstats`, 20,000 calls a stretch, fresh keys; `-- --cluster` on
+//! a local 3-master cluster); `perf/script_cost.sh` compares one script's old and new text
+//! pipelined. Redis 7.0 on a 2-core VM shared with other builds (load 2.5-10), the build before
+//! issue 39's cuts (207d087) and after them interleaved row by row, 5 runs each, medians and
+//! ranges, µs per call (the cycle stretch runs acquire and release back to back; a run that landed
+//! on a load spike shows in the ranges):
 //!
 //! | kind | acquire before / after | release before / after | cycle before / after | what the extra time buys |
 //! |---|---|---|---|---|
-//! | plain | 14.7 (13.0-24.3) / 10.1 (9.4-33.2) | 13.0 (10.3-20.8) / 9.8 (9.4-23.6) | 32.1 (22.0-33.4) / 22.3 (20.6-31.2) | a fencing token that never goes back (the server clock read, the counter written), the release latch, the late-acquire refusal |
-//! | Redisson RLock kind | 7.2 (6.7-8.7) / 6.3 (6.0-10.9) | 8.0 (7.9-8.1) / 7.0 (7.0-7.2) | 16.0 (14.4-16.2) / 13.5 (13.0-15.3) | Java's layout, and the clock as its token |
-//! | Redisson's own RLock scripts | 4.5 / 4.5 | 7.6 / 7.2 | 14.6 / 11.8 | no token |
-//! | Redisson's own RFencedLock scripts | 5.7 / 5.5 | 8.1 / 7.1 | 18.1 / 17.3 | a token from a counter that never expires and goes back with the data |
-//! | rslock (SET NX PX, compare-and-delete) | 1.8 / 1.6 | 2.2 / 2.2 | 2.3 / 2.3 | no re-entry, no token, no latch |
+//! | plain | 14.7 (12.2-24.3) / 14.4 (9.4-73.6) | 11.5 (10.1-20.8) / 9.8 (9.2-23.6) | 30.3 (21.2-33.4) / 23.7 (20.6-31.2) | a fencing token that never goes back (the server clock read, the counter written), the release latch, the late-acquire refusal |
+//! | Redisson RLock kind | 7.2 (6.7-8.7) / 8.3 (6.0-15.1) | 8.0 (7.2-12.1) / 7.0 (6.9-7.2) | 16.0 (14.4-30.8) / 15.3 (13.0-31.5) | Java's layout, and the clock as its token |
+//! | Redisson's own RLock scripts | 4.7 / 4.4 | 7.6 / 7.0 | 14.6 / 11.7 | no token |
+//! | Redisson's own RFencedLock scripts | 5.8 / 5.7 | 8.1 / 7.6 | 17.8 / 17.3 | a token from a counter that never expires and goes back with the data |
+//! | rslock (SET NX PX, compare-and-delete) | 1.8 / 1.2 | 2.2 / 2.1 | 2.3 / 2.3 | no re-entry, no token, no latch |
 //!
 //! The other kinds' scripts are as issue 31 left them (cycle, µs, Redis 7.0, a quieter
 //! machine): read-write read / write 23.2-25.6 / 21.3-24.0 (reader leases each with its own
@@ -345,14 +345,15 @@
 //! written by one `SET .. GET`, one counter per cluster slot.
 //!
 //! What the plain lock still pays over RFencedLock, all of it for a guarantee: the clock read
-//! (TIME, about 6k instructions: it is what keeps tokens rising after a restore or a failover
-//! that lost the counter's last writes, which RFencedLock's tokens do not survive), the done
-//! latch in the acquire's `EXISTS` and its own key (the late-acquire refusal), the counter's
-//! expiry and `GET` in its write (RFencedLock's `INCR` never expires a key per lock name), the
-//! digit check of the counter (a foreign value there is refused, not overwritten). In time
-//! the gap is wider than in instructions (the acquire 1.5-1.8x RFencedLock's in the runs
-//! above): the extra keys (the slot's counter and its expiry, the done latch) are more cache
-//! misses, which callgrind does not count.
+//! (TIME, about 6k instructions: it is what keeps tokens rising after a restore or a failover that
+//! lost the counter's last writes, which RFencedLock's tokens do not survive), the done latch in
+//! the acquire's `EXISTS` and its own key (the late-acquire refusal), the counter's expiry and
+//! `GET` in its write (RFencedLock's `INCR` never expires a key per lock name), the digit check of
+//! the counter (a foreign value there is refused, not overwritten). In time the gap is wider than
+//! in instructions (the cycle 1.37x RFencedLock's, the `RLock` kind's 1.31x `RLock`'s, in the runs
+//! above; the acquire 1.5-1.8x in quieter runs of `perf/script_cost.sh`-style pipelines): the extra
+//! keys (the slot's counter and its expiry, the done latch) are more cache misses, which callgrind
+//! does not count.
 //!
 //! One core's ceiling before issue 39's cuts (pipelined scripts from 4 connections, 3 s):
 //! dlock plain 62-73k cycles/s, Redisson's own RLock scripts 110k, rslock's commands
