@@ -305,17 +305,21 @@
 //! through the real API (`INFO commandstats`, 20,000 calls a stretch, fresh keys; `-- --cluster` on
 //! a local 3-master cluster); `perf/script_cost.sh` compares one script's old and new text
 //! pipelined. Redis 7.0 on a 2-core VM shared with other builds (load 2.5-10), the build before
-//! issue 39's cuts (207d087) and after them interleaved row by row, 5 runs each, medians and
+//! issue 39's cuts (207d087) and after them interleaved row by row, 7 runs each, medians and
 //! ranges, µs per call (the cycle stretch runs acquire and release back to back; a run that landed
 //! on a load spike shows in the ranges):
 //!
 //! | kind | acquire before / after | release before / after | cycle before / after | what the extra time buys |
 //! |---|---|---|---|---|
-//! | plain | 14.7 (12.2-24.3) / 14.4 (9.4-73.6) | 11.5 (10.1-20.8) / 9.8 (9.2-23.6) | 30.3 (21.2-33.4) / 23.7 (20.6-31.2) | a fencing token that never goes back (the server clock read, the counter written), the release latch, the late-acquire refusal |
-//! | Redisson RLock kind | 7.2 (6.7-8.7) / 8.3 (6.0-15.1) | 8.0 (7.2-12.1) / 7.0 (6.9-7.2) | 16.0 (14.4-30.8) / 15.3 (13.0-31.5) | Java's layout, and the clock as its token |
-//! | Redisson's own RLock scripts | 4.7 / 4.4 | 7.6 / 7.0 | 14.6 / 11.7 | no token |
-//! | Redisson's own RFencedLock scripts | 5.8 / 5.7 | 8.1 / 7.6 | 17.8 / 17.3 | a token from a counter that never expires and goes back with the data |
-//! | rslock (SET NX PX, compare-and-delete) | 1.8 / 1.2 | 2.2 / 2.1 | 2.3 / 2.3 | no re-entry, no token, no latch |
+//! | plain | 13.0 (10.7-24.3) / 10.9 (8.4-73.6) | 10.5 (9.5-20.8) / 9.8 (9.2-23.6) | 22.0 (18.3-33.4) / 22.3 (17.4-31.2) | a fencing token that never goes back (the server clock read, the counter written), the release latch, the late-acquire refusal |
+//! | Redisson RLock kind | 7.7 (6.7-8.7) / 7.4 (6.0-15.1) | 8.1 (7.2-12.1) / 7.2 (6.9-8.8) | 16.0 (14.4-30.8) / 15.6 (13.0-31.5) | Java's layout, and the clock as its token |
+//! | Redisson's own RLock scripts | 4.5 / 4.3 | 7.3 / 6.6 | 11.7 / 11.4 | no token |
+//! | Redisson's own RFencedLock scripts | 5.8 / 5.5 | 8.1 / 7.0 | 16.6 / 16.2 | a token from a counter that never expires and goes back with the data |
+//! | rslock (SET NX PX, compare-and-delete) | 1.2 / 1.2 | 2.2 / 2.2 | 2.3 / 2.3 | no re-entry, no token, no latch |
+//!
+//! The quietest pair of runs (load 2.5-3): plain 11.7 / 9.6 acquire, 10.0 / 10.0 release,
+//! 18.5 / 17.9 cycle, against RFencedLock's 5.2, 6.5 and 14.7 (cycle 1.22x); the `RLock` kind
+//! 8.0 / 7.2, 8.7 / 8.4, 16.1 / 17.0, against `RLock`'s own 3.8, 6.2 and 10.6.
 //!
 //! The other kinds' scripts are as issue 31 left them (cycle, µs, Redis 7.0, a quieter
 //! machine): read-write read / write 23.2-25.6 / 21.3-24.0 (reader leases each with its own
@@ -350,10 +354,11 @@
 //! the acquire's `EXISTS` and its own key (the late-acquire refusal), the counter's expiry and
 //! `GET` in its write (RFencedLock's `INCR` never expires a key per lock name), the digit check of
 //! the counter (a foreign value there is refused, not overwritten). In time the gap is wider than
-//! in instructions (the cycle 1.37x RFencedLock's, the `RLock` kind's 1.31x `RLock`'s, in the runs
-//! above; the acquire 1.5-1.8x in quieter runs of `perf/script_cost.sh`-style pipelines): the extra
-//! keys (the slot's counter and its expiry, the done latch) are more cache misses, which callgrind
-//! does not count.
+//! in instructions (after / peer, medians of the runs above: the plain cycle 1.38x RFencedLock's,
+//! its acquire + release 1.66x; the `RLock` kind's cycle 1.37x `RLock`'s, acquire + release 1.34x):
+//! the extra keys (the slot's counter and its expiry, the done latch) are more cache misses, which
+//! callgrind does not count, and the figures of this shared machine move by more than the gap
+//! between the two counts.
 //!
 //! One core's ceiling before issue 39's cuts (pipelined scripts from 4 connections, 3 s):
 //! dlock plain 62-73k cycles/s, Redisson's own RLock scripts 110k, rslock's commands
