@@ -111,17 +111,13 @@ async fn call_floor(
     }
     pipe.cmd("EVALSHA")
         .arg(acquire.get_hash())
-        .arg(4)
+        .arg(3)
         .arg(key(i))
         .arg(dlock::inspect::fence_counter("cycle:", &key(i)))
-        .arg(format!("{}:marker", key(i)))
         .arg(format!("{}:latch:done:{}", key(i), owner(i)))
         .arg(30_000)
         .arg(owner(i))
-        .arg(5_000)
-        .arg(0)
-        .arg(600_000)
-        .arg(0);
+        .arg(600_000);
     let ((count, _token),): ((i64, i64),) = pipe.query_async(c).await.expect("floor");
     assert_eq!(count, 1);
 }
@@ -207,14 +203,10 @@ async fn main() {
                 let (count, _token): (i64, i64) = a
                     .key("cycle:raw")
                     .key(dlock::inspect::fence_counter("cycle:", "cycle:raw"))
-                    .key(format!("cycle:raw:marker:{owner}"))
                     .key(format!("cycle:raw:latch:done:{owner}"))
                     .arg(30_000)
                     .arg(&owner)
-                    .arg(5_000)
-                    .arg(0)
                     .arg(600_000)
-                    .arg(0)
                     .invoke_async(&mut c)
                     .await
                     .expect("acquire.lua");

@@ -131,14 +131,10 @@ async fn subscriber(url: &str, wake: Wake) -> MultiplexedConnection {
 fn acquire_call<'a>(script: &'a Script, owner: &str) -> redis::ScriptInvocation<'a> {
     let mut call = script.key(PLAIN_KEY);
     call.key(dlock::inspect::fence_counter("handoff_floor:", PLAIN_KEY))
-        .key(format!("{PLAIN_KEY}:marker"))
         .key(format!("{PLAIN_KEY}:latch:done:{owner}"))
         .arg(30_000)
         .arg(owner)
-        .arg(1_000)
-        .arg("0")
-        .arg(3_600_000)
-        .arg("0");
+        .arg(3_600_000);
     call
 }
 

@@ -20,14 +20,19 @@ dir="$(mktemp -d)"
 trap '"$cli" -p "$port" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
 for _ in $(seq 50); do "$cli" -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
-# name | script path under lua/ | numkeys and keys and args (__rand_int__: fresh per call).
+# name | script path under lua/ | numkeys and keys and args (__rand_int__: fresh per call)
+# [| the script and arguments of a REV from before issue 39's cut, when re-entries had no
+# script of their own and a top-level acquire carried the re-entry marker and flags].
 # A fresh counter is what a first acquire of a name met when each name had its own (before
 # the counters were one per cluster slot); a shared one is what it meets now.
+old_plain='|lock/acquire.lua|4 {k:__rand_int__} {k}:fence {k}:m {k}:done:__rand_int__ 600000 owner 5000 0 86400000 0'
+old_redisson='|redisson/lock_acquire.lua|2 k:__rand_int__ m:x 600000 owner 5000 0 0'
 cases=(
-  "plain acquire, a fresh counter|lock/acquire.lua|4 {k:__rand_int__} {k}:fence:__rand_int__ {k}:m {k}:done:__rand_int__ 600000 owner 5000 0 86400000 0"
-  "plain acquire, a shared counter|lock/acquire.lua|4 {k:__rand_int__} {k}:fence {k}:m {k}:done:__rand_int__ 600000 owner 5000 0 86400000 0"
+  "plain acquire, a fresh counter|lock/acquire.lua|3 {k:__rand_int__} {k}:fence:__rand_int__ {k}:done:__rand_int__ 600000 owner|lock/acquire.lua|4 {k:__rand_int__} {k}:fence:__rand_int__ {k}:m {k}:done:__rand_int__ 600000 owner 5000 0 86400000 0"
+  "plain acquire, a shared counter|lock/acquire.lua|3 {k:__rand_int__} {k}:fence {k}:done:__rand_int__ 600000 owner${old_plain}"
+  "plain re-entry of a free key|lock/reenter.lua|4 {k:__rand_int__} {k}:fence {k}:m {k}:done:__rand_int__ 600000 owner 5000 86400000 0|lock/acquire.lua|4 {k:__rand_int__} {k}:fence {k}:m {k}:done:__rand_int__ 600000 owner 5000 1 86400000 0"
   "plain release (held nothing)|lock/release.lua|4 {k:__rand_int__} {k}:chan {k}:latch:__rand_int__ {k}:done:__rand_int__ owner 600000 5000"
-  "Redisson-kind acquire|redisson/lock_acquire.lua|2 k:__rand_int__ m:x 600000 owner 5000 0 0"
+  "Redisson-kind acquire|redisson/lock_acquire.lua|1 k:__rand_int__ 600000 owner${old_redisson}"
   "Redisson-kind fenced acquire|redisson/fenced_lock_acquire.lua|3 k:__rand_int__ t:__rand_int__ m:x 600000 owner 5000 0 0"
 )
 [ -n "${ONLY:-}" ] && { mapfile -t cases < <(printf '%s\n' "${cases[@]}" | grep -- "$ONLY"); }
@@ -42,12 +47,15 @@ usec() {
 stats() { sort -n | awk '{a[NR]=$1} END {printf "min %5.2f  median %5.2f", a[1], a[int((NR+1)/2)]}'; }
 
 for c in "${cases[@]}"; do
-  IFS='|' read -r name path args <<<"$c"
-  old_sha="$("$cli" -p "$port" SCRIPT LOAD "$(git -C "$root" show "$rev:dlock-runtime/lua/$path")")"
+  IFS='|' read -r name path args old_path old_args <<<"$c"
+  if git -C "$root" cat-file -e "$rev:dlock-runtime/lua/lock/reenter.lua" 2>/dev/null; then
+    old_path='' old_args=''
+  fi
+  old_sha="$("$cli" -p "$port" SCRIPT LOAD "$(git -C "$root" show "$rev:dlock-runtime/lua/${old_path:-$path}")")"
   new_sha="$("$cli" -p "$port" SCRIPT LOAD "$(cat "$lua/$path")")"
   old=() new=()
   for _ in $(seq "$trials"); do
-    old+=("$(usec "$old_sha" "$args")")
+    old+=("$(usec "$old_sha" "${old_args:-$args}")")
     new+=("$(usec "$new_sha" "$args")")
   done
   printf '%-32s old %s   new %s  (us per call)\n' "$name" \

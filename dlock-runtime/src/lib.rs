@@ -320,49 +320,80 @@
 //!
 //! ## Redis server time
 //!
-//! Every acquire and release is a script the Redis core runs alone, so script time sets how
-//! many locks one server can serve. `cargo run --release --example server_cost` measures it
-//! per kind through the real API (`INFO commandstats`, 20,000 calls a stretch, fresh keys;
-//! `-- --cluster` on a local 3-master cluster); `perf/script_cost.sh` compares one script's
-//! old and new text pipelined. Redis 7.0 on a 2-core VM, two runs of 3 rounds each, the build
-//! before these cuts (461efc9) and after them interleaved; cycle = acquire + release, µs:
+//! Every acquire and release is a script the Redis core runs alone, so script time sets how many
+//! locks one server can serve. `cargo run --release --example server_cost` measures it per kind
+//! through the real API (`INFO commandstats`, 20,000 calls a stretch, fresh keys; `-- --cluster` on
+//! a local 3-master cluster); `perf/script_cost.sh` compares one script's old and new text
+//! pipelined. Redis 7.0 on a 2-core VM shared with other builds (load 2.5-10), the build before
+//! issue 39's cuts (207d087) and after them interleaved row by row, 7 runs each, medians and
+//! ranges, µs per call (the cycle stretch runs acquire and release back to back; a run that landed
+//! on a load spike shows in the ranges):
 //!
-//! | kind | before | after | what the extra time buys |
-//! |---|---|---|---|
-//! | plain | 17.9-19.4 | 16.1-16.9 | a fencing token that never goes back (the server clock read, the counter written), the release latch, the late-acquire refusal |
-//! | read-write, read / write | 29.3-32.5 / 26.8-35.3 | 23.2-25.6 / 21.3-24.0 | reader leases each with its own deadline, the waiting writer's claim |
-//! | fair | 26.4-30.8 | 18.9-20.7 | the queue (skipped when nobody waits) |
-//! | semaphore, 1 permit | 18.9-19.0 | 15.5-16.4 | a deadline per permit |
-//! | multi-lock of 2 | 32.3-34.5 | 28.7-30.8 | two plain locks |
-//! | Redisson RLock kind | 13.3-14.2 | 13.6-17.9 | (Java's layout; within the noise) |
-//! | Redisson's own RLock scripts | 9.1-9.7 | 9.2 | no token |
-//! | Redisson's own RFencedLock scripts | | 10.6-10.9 | a token from a counter that never expires and goes back with the data |
-//! | rslock (SET NX PX, compare-and-delete) | 3.0-3.1 | 2.7 | no re-entry, no token, no latch |
+//! | kind | acquire before / after | release before / after | cycle before / after | what the extra time buys |
+//! |---|---|---|---|---|
+//! | plain | 13.0 (10.7-24.3) / 10.9 (8.4-73.6) | 10.5 (9.5-20.8) / 9.8 (9.2-23.6) | 22.0 (18.3-33.4) / 22.3 (17.4-31.2) | a fencing token that never goes back (the server clock read, the counter written), the release latch, the late-acquire refusal |
+//! | Redisson RLock kind | 7.7 (6.7-8.7) / 7.4 (6.0-15.1) | 8.1 (7.2-12.1) / 7.2 (6.9-8.8) | 16.0 (14.4-30.8) / 15.6 (13.0-31.5) | Java's layout, and the clock as its token |
+//! | Redisson's own RLock scripts | 4.5 / 4.3 | 7.3 / 6.6 | 11.7 / 11.4 | no token |
+//! | Redisson's own RFencedLock scripts | 5.8 / 5.5 | 8.1 / 7.0 | 16.6 / 16.2 | a token from a counter that never expires and goes back with the data |
+//! | rslock (SET NX PX, compare-and-delete) | 1.2 / 1.2 | 2.2 / 2.2 | 2.3 / 2.3 | no re-entry, no token, no latch |
 //!
-//! The cuts: no `TYPE` calls (a key's type is checked by the read its path makes anyway), one
-//! `EXISTS` over every key that decides the usual path, the counter read and written by one
-//! `SET .. GET`, and the fencing counter kept per cluster slot instead of per lock name (a
-//! first acquire of a name no longer creates a key). The plain acquire makes 5 Redis calls on a
-//! free key where Redisson's RLock makes 3 and its RFencedLock 4; pipelined with nothing else
-//! running (`perf/script_cost.sh`), the plain acquire takes 6.0 µs against 3.9 µs for
-//! RFencedLock's: the clock read (~0.6 µs), a counter write with an expiry, and more keys and
-//! arguments. That clock read is what keeps tokens rising after a restore or a failover that
-//! lost the counter's last writes, which RFencedLock's tokens do not survive.
+//! The quietest pair of runs (load 2.5-3): plain 11.7 / 9.6 acquire, 10.0 / 10.0 release,
+//! 18.5 / 17.9 cycle, against RFencedLock's 5.2, 6.5 and 14.7 (cycle 1.22x); the `RLock` kind
+//! 8.0 / 7.2, 8.7 / 8.4, 16.1 / 17.0, against `RLock`'s own 3.8, 6.2 and 10.6.
 //!
-//! One core's ceiling (pipelined scripts from 4 connections, 3 s): dlock plain 62-73k cycles/s,
-//! Redisson's own RLock scripts 110k, rslock's commands 333-377k; through the API with 128 tasks
-//! on one client 37-42k (the client shares the 2 cores). On 3 masters with the client on the
-//! same 2 cores: plain 57k on one master, 82k on all three (1.43x; Redisson's 1.70x, rslock's
-//! 1.43x), capped by the machine, not by Redis.
+//! The other kinds' scripts are as issue 31 left them (cycle, µs, Redis 7.0, a quieter
+//! machine): read-write read / write 23.2-25.6 / 21.3-24.0 (reader leases each with its own
+//! deadline, the waiting writer's claim), fair 18.9-20.7 (the queue, skipped when nobody
+//! waits), semaphore of 1 permit 15.5-16.4 (a deadline per permit), multi-lock of 2 plain
+//! locks 28.7-30.8 (two plain locks, before these cuts).
 //!
-//! What the cuts do not move is the caller's time: in `peers` (old and new builds interleaved,
-//! two runs each) the uncontended cycle stayed 2.96-3.04 RTT (rslock 2.16-2.24: 1.33-1.37x),
-//! the attribute's call 1.66-1.91 (below every peer), the cross-client handoff 2.85-3.35
-//! idle-PING RTT and the fair grant 2.22-2.46. A few µs of script time is lost in a round
+//! On a machine this loaded the time figures drift by tens of percent between runs, so the
+//! cuts were chosen by instruction counts (Redis under callgrind, pipelined, a counter per
+//! slot), which do not move with the load; instructions per acquire + release:
+//!
+//! | | before | after | peer | after / peer |
+//! |---|---|---|---|---|
+//! | plain | 158.2k (86.2k + 72.1k) | 135.2k (70.6k + 64.6k) | RFencedLock 115.4k (49.2k + 66.2k) | 1.17 |
+//! | Redisson RLock kind | 124.5k (59.4k + 65.1k) | 109.6k (48.1k + 61.5k) | RLock 102.2k (36.2k + 66.1k) | 1.07 |
+//!
+//! The cuts (issue 39): a top-level acquire carries only what it needs (the plain lock's 4 keys
+//! and 6 arguments became 3 and 2, the `RLock` kind's 2 and 5 became 1 and 2; re-entries have
+//! scripts of their own with the marker and the hard-lease flag), since every key and argument
+//! is parsed, turned into a Lua string and collected; no number is converted on the usual
+//! paths (a Lua number sent to Redis is printed with `%.17g` and `tonumber` is `strtod`,
+//! together more than the clock read itself): the clock and the counter stay text, compared
+//! by length then text, and the latches and counts are written as text; the release tells
+//! whether a latch is there with one `EXISTS` (reading them built a Lua table on every
+//! release); the done latch is named by the owner id's unique part. Earlier (issue 31): no
+//! `TYPE` calls, one `EXISTS` over every key that decides the usual path, the counter read and
+//! written by one `SET .. GET`, one counter per cluster slot.
+//!
+//! What the plain lock still pays over RFencedLock, all of it for a guarantee: the clock read
+//! (TIME, about 6k instructions: it is what keeps tokens rising after a restore or a failover that
+//! lost the counter's last writes, which RFencedLock's tokens do not survive), the done latch in
+//! the acquire's `EXISTS` and its own key (the late-acquire refusal), the counter's expiry and
+//! `GET` in its write (RFencedLock's `INCR` never expires a key per lock name), the digit check of
+//! the counter (a foreign value there is refused, not overwritten). In time the gap is wider than
+//! in instructions (after / peer, medians of the runs above: the plain cycle 1.38x RFencedLock's,
+//! its acquire + release 1.66x; the `RLock` kind's cycle 1.37x `RLock`'s, acquire + release 1.34x):
+//! the extra keys (the slot's counter and its expiry, the done latch) are more cache misses, which
+//! callgrind does not count, and the figures of this shared machine move by more than the gap
+//! between the two counts.
+//!
+//! One core's ceiling before issue 39's cuts (pipelined scripts from 4 connections, 3 s):
+//! dlock plain 62-73k cycles/s, Redisson's own RLock scripts 110k, rslock's commands
+//! 333-377k; through the API with 128 tasks on one client 37-42k (the client shares the 2
+//! cores). On 3 masters with the client on the same 2 cores: plain 57k on one master, 82k on
+//! all three (1.43x; Redisson's 1.70x, rslock's 1.43x), capped by the machine, not by Redis.
+//!
+//! What issue 31's cuts did not move is the caller's time: in `peers` (old and new builds
+//! interleaved, two runs each) the uncontended cycle stayed 2.96-3.04 RTT (rslock 2.16-2.24:
+//! 1.33-1.37x), the attribute's call 1.66-1.91 (below every peer), the cross-client handoff
+//! 2.85-3.35 idle-PING RTT and the fair grant 2.22-2.46. A few µs of script time is lost in a round
 //! trip of 50-90 µs and a thread wake-up on each side. `handoff_floor` puts the handoffs beside
-//! their floors, the same round trips with nothing of dlock in them: plain 2.07-2.19 idle-PING
-//! RTT against 1.93-2.06 for dlock's two scripts sent raw, fair 1.71-1.89 against 1.49-1.62
-//! for a grant-sized script and a PING.
+//! their floors, the same round trips with nothing of dlock in them: plain 2.07-2.19 idle-PING RTT
+//! against 1.93-2.06 for dlock's two scripts sent raw, fair 1.71-1.89 against 1.49-1.62 for a
+//! grant-sized script and a PING.
 //!
 //! # Operating
 //!

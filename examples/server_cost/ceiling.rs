@@ -166,22 +166,17 @@ fn pipeline(load: Load, bases: &[String], round: &str) -> redis::Pipeline {
     for (i, b) in bases.iter().enumerate() {
         match load {
             Load::DlockScripts => {
-                // As store/redis/kinds/plain.rs sends it: the slot's fencing counter, the owner's done
-                // latch; lease, owner, marker lifetime, not a re-entry, counter lifetime, no
-                // hard lease.
+                // As store/redis/kinds/plain.rs sends a top-level acquire: the slot's fencing
+                // counter, the owner's done latch; lease, owner (the counter's lifetime is
+                // the script's default).
                 pipe.cmd("EVALSHA")
                     .arg(DLOCK_ACQUIRE.get_hash())
-                    .arg(4)
+                    .arg(3)
                     .arg(b)
                     .arg(dlock::inspect::fence_counter("dlock:", b))
-                    .arg(format!("{b}:reentry"))
                     .arg(format!("{b}:latch:done:{}", owner(i)))
                     .arg(600_000)
-                    .arg(owner(i))
-                    .arg(5_000)
-                    .arg(0)
-                    .arg(86_400_000)
-                    .arg(0);
+                    .arg(owner(i));
             }
             Load::RedissonScripts => {
                 pipe.cmd("EVALSHA")

@@ -289,3 +289,51 @@ async fn a_reader_joining_a_read_period_restored_from_an_older_snapshot_is_above
     );
     joined.release().await.unwrap();
 }
+
+/// The larger of the slot's counter and the server's clock gives the next token: a counter
+/// behind the clock (shorter, or as long and smaller) gives way to the clock, and one ahead of
+/// it (the clock stepped back, or grants came faster than one per µs) is counted on from. The
+/// acquire script compares the two as text, not as numbers (issue 39: number conversions cost
+/// more server time than the clock read), so each order is checked: "99999" is above the
+/// clock's text but below its number, and only the length tells.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_counter_or_the_clock_whichever_is_ahead_gives_the_next_token() {
+    let server = common::server();
+    let client = common::client(&server).await;
+    let fence = dlock::inspect::fence_counter(dlock::DEFAULT_PREFIX, client.lock(NAME).key());
+    let mut tokens = Vec::new();
+    cycles(&client, 1, &mut tokens).await;
+    let first = fence_value(&server.url(), &fence)
+        .await
+        .expect("the first grant wrote the counter");
+    assert_eq!(tokens[0], first * 1024, "a token is the counter times 1024");
+
+    let behind_same_length = (first - 1_000_000_000).to_string();
+    for behind in ["99999", behind_same_length.as_str()] {
+        cmd_ok(&server.url(), &["SET", &fence, behind]).await;
+        cycles(&client, 1, &mut tokens).await;
+        let counter = fence_value(&server.url(), &fence).await.expect("counter");
+        let token = *tokens.last().expect("a token");
+        assert_eq!(token, counter * 1024, "counter {behind} behind the clock");
+        assert!(
+            counter > first,
+            "counter {behind} behind the clock: the next is {counter}, not the clock (above {first})"
+        );
+    }
+
+    // About 1.4 hours ahead of the clock, with as many digits.
+    let ahead = first + 5_000_000_000;
+    cmd_ok(&server.url(), &["SET", &fence, &ahead.to_string()]).await;
+    cycles(&client, 2, &mut tokens).await;
+    let n = tokens.len();
+    assert_eq!(
+        tokens[n - 2..],
+        [(ahead + 1) * 1024, (ahead + 2) * 1024],
+        "a counter ahead of the clock is counted on from"
+    );
+    assert_eq!(
+        fence_value(&server.url(), &fence).await,
+        Some(ahead + 2),
+        "and written back"
+    );
+}

@@ -26,17 +26,22 @@ local held = redis.pcall('HGET', KEYS[1], ARGV[1])
 if type(held) == 'table' then
   return redis.error_reply('WRONGTYPE lock hash `' .. KEYS[1] .. '` holds a non-hash value')
 end
-local count = tonumber(held)
-if not count then
-  return -1
-end
-if count > 1 then
-  local left = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-  if tonumber(ARGV[2]) > 0 then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- The usual last hold is told by its text: no number is converted on that path, and the
+-- latch gets the text '1' (a Lua number would be printed with "%.17g": see
+-- lock/acquire.lua's cost note).
+if held ~= '1' then
+  local count = tonumber(held)
+  if not count then
+    return -1
   end
-  redis.call('SET', KEYS[3], 0, 'PX', ARGV[3])
-  return left
+  if count > 1 then
+    local left = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+    if tonumber(ARGV[2]) > 0 then
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    end
+    redis.call('SET', KEYS[3], '0', 'PX', ARGV[3])
+    return left
+  end
 end
 redis.call('DEL', KEYS[1])
 -- pcall: an ACL user refused the channel still frees the lock; waiters then wake at its PTTL.
@@ -44,5 +49,5 @@ local heard = redis.pcall(ARGV[4], KEYS[2], '0')
 if type(heard) ~= 'number' then
   heard = -1
 end
-redis.call('SET', KEYS[3], 1, 'PX', ARGV[3])
+redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
 return {0, heard}

@@ -79,6 +79,7 @@ macro_rules! sources {
 
 sources! {
     LOCK_ACQUIRE = "lock_acquire", Takes, include_str!("../../../../lua/lock/acquire.lua");
+    LOCK_REENTER = "lock_reenter", Takes, include_str!("../../../../lua/lock/reenter.lua");
     LOCK_RELEASE = "lock_release", Frees, include_str!("../../../../lua/lock/release.lua");
     LOCK_UNDO_REENTRY = "lock_undo_reentry", Frees, include_str!("../../../../lua/lock/undo_reentry.lua");
     LOCK_RENEW = "lock_renew", Frees, include_str!("../../../../lua/lock/renew.lua");
@@ -102,6 +103,8 @@ sources! {
         include_str!("../../../../lua/semaphore/force_unlock.lua");
     REDISSON_LOCK_ACQUIRE = "redisson_lock_acquire", Takes,
         include_str!("../../../../lua/redisson/lock_acquire.lua");
+    REDISSON_LOCK_REENTER = "redisson_lock_reenter", Takes,
+        include_str!("../../../../lua/redisson/lock_reenter.lua");
     REDISSON_FENCED_LOCK_ACQUIRE = "redisson_fenced_lock_acquire", Takes,
         include_str!("../../../../lua/redisson/fenced_lock_acquire.lua");
     REDISSON_LOCK_RELEASE = "redisson_lock_release", Frees,

@@ -9,6 +9,9 @@ use crate::store::redis::backend::names::LockKeys;
 use crate::store::redis::backend::script::{Call, Script};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::LOCK_ACQUIRE));
+/// Re-entries have a script of their own: the marker and the hard-lease flag they need would
+/// be two more keys and arguments on every top-level acquire, where each costs server time.
+static REENTER: LazyLock<Script> = LazyLock::new(|| Script::of(&library::LOCK_REENTER));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::LOCK_RELEASE));
 static UNDO_REENTRY: LazyLock<Script> = LazyLock::new(|| Script::of(&library::LOCK_UNDO_REENTRY));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::of(&library::LOCK_RENEW));
@@ -37,21 +40,30 @@ impl LockKind for Plain {
     }
 
     fn acquire(&self, hold: &Claim, reentry: Option<&str>, latch_ttl: Duration) -> Call<'static> {
-        let marker = reentry.map_or_else(
-            || format!("{}reentry", hold.keys.latch_prefix),
-            str::to_owned,
-        );
+        let fence_life = millis(fence_lifetime(hold.lease));
+        if let Some(marker) = reentry {
+            let mut call = REENTER.key(&hold.keys.key);
+            call.key(&hold.keys.counter)
+                .key(marker)
+                .key(done_latch(hold))
+                .arg(millis(hold.lease))
+                .arg(&hold.owner)
+                .arg(millis(latch_ttl))
+                .arg(fence_life)
+                // A hard lease ends where the first acquire set it: re-entry leaves it alone.
+                .arg(flag(hold.hard));
+            return call;
+        }
         let mut call = ACQUIRE.key(&hold.keys.key);
         call.key(&hold.keys.counter)
-            .key(marker)
             .key(done_latch(hold))
             .arg(millis(hold.lease))
-            .arg(&hold.owner)
-            .arg(millis(latch_ttl))
-            .arg(flag(reentry.is_some()))
-            .arg(millis(fence_lifetime(hold.lease)))
-            // A hard lease ends where the first acquire set it: re-entry leaves it alone.
-            .arg(flag(hold.hard));
+            .arg(&hold.owner);
+        // The script's default is the usual lifetime: the argument is sent only for a lease
+        // long enough to need another.
+        if fence_life != USUAL_FENCE_LIFE_MS {
+            call.arg(fence_life);
+        }
         call
     }
 
@@ -104,10 +116,20 @@ impl LockKind for Plain {
     }
 }
 
+/// The fencing counter lifetime `acquire.lua` assumes when none is sent (see `fence_lifetime`).
+const USUAL_FENCE_LIFE_MS: u64 = 24 * 3600 * 1000;
+
 /// The latch of an owner that is done (its last release ran, or its undo found nothing): the
 /// release keeps its answer there, and an acquire of that owner that reaches Redis late (it
 /// waited in a frozen connection while the client undid it over another) is refused. Owner ids
 /// are fresh for every hold, so an owner is never legitimately granted again once done.
+/// Named by the owner id's unique part (client id and sequence) without the holder labels:
+/// the key is read by every acquire and written by every last release, and a shorter name
+/// costs less to parse, hash and store.
 fn done_latch(hold: &Claim) -> String {
-    format!("{}done:{}", hold.keys.latch_prefix, hold.owner)
+    format!(
+        "{}done:{}",
+        hold.keys.latch_prefix,
+        crate::settings::holder::unique_part(&hold.owner)
+    )
 }

@@ -25,6 +25,9 @@ use crate::store::redis::backend::names::LockKeys;
 use crate::store::redis::backend::script::{Call, Script};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::REDISSON_LOCK_ACQUIRE));
+/// Re-entries of `RLock` have a script of their own: the marker and the hard-lease flag they
+/// need would be a key and three arguments more on every top-level acquire.
+static REENTER: LazyLock<Script> = LazyLock::new(|| Script::of(&library::REDISSON_LOCK_REENTER));
 static FENCED_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::of(&library::REDISSON_FENCED_LOCK_ACQUIRE));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::of(&library::REDISSON_LOCK_RELEASE));
@@ -159,18 +162,32 @@ impl LockKind for RedissonLock {
     }
 
     fn acquire(&self, hold: &Claim, reentry: Option<&str>, latch_ttl: Duration) -> Call<'static> {
+        if !self.fenced {
+            return match reentry {
+                Some(marker) => {
+                    let mut call = REENTER.key(&hold.keys.key);
+                    call.key(marker)
+                        .arg(millis(hold.lease))
+                        .arg(field(hold))
+                        .arg(millis(latch_ttl))
+                        // A hard lease ends where the first acquire set it.
+                        .arg(flag(hold.hard));
+                    call
+                }
+                None => {
+                    let mut call = ACQUIRE.key(&hold.keys.key);
+                    call.arg(millis(hold.lease)).arg(field(hold));
+                    call
+                }
+            };
+        }
         let marker = reentry.map_or_else(
             || format!("{}reentry", hold.keys.latch_prefix),
             str::to_owned,
         );
-        let mut call = if self.fenced {
-            let mut call = FENCED_ACQUIRE.key(&hold.keys.key);
-            call.key(&hold.keys.fence);
-            call
-        } else {
-            ACQUIRE.key(&hold.keys.key)
-        };
-        call.key(marker)
+        let mut call = FENCED_ACQUIRE.key(&hold.keys.key);
+        call.key(&hold.keys.fence)
+            .key(marker)
             .arg(millis(hold.lease))
             .arg(field(hold))
             .arg(millis(latch_ttl))
