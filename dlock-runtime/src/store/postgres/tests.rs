@@ -1088,31 +1088,10 @@ async fn a_version_4_hold_and_token_survive_the_migration() {
         return;
     }
     let url = shared().url();
-    let schema = fresh_schema("v4");
-    let q = super::schema::quote_ident(&schema);
-    drop(store_at(&url, &schema).await);
-    let (raw, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
-    tokio::spawn(connection);
     let a = claim(&Plain, "order:4", "a", LEASE);
-    let key = super::names::stored(&a.keys.key).into_owned();
+    let (raw, schema, q) = at_version_4_held_by(&url, "v4", &a).await;
     let fence = super::names::stored(&a.keys.fence).into_owned();
-    // What version 4 left: no plain_locks, no latch requests; a's hold and its token.
-    raw.batch_execute(&format!(
-        "DROP FUNCTION {q}.plain_row; DROP TABLE {q}.plain_locks; \
-         ALTER TABLE {q}.latches DROP COLUMN request; UPDATE {q}.meta SET version = 4;"
-    ))
-    .await
-    .unwrap();
     let far = 1_000_000_000_000i64; // 11.6 days of µs ahead of the clock
-    raw.execute(
-        &format!(
-            "INSERT INTO {q}.holds (key, owner, count, expires_at) \
-             VALUES ($1, 'a', 1, clock_timestamp() + interval '10 seconds')"
-        ),
-        &[&key],
-    )
-    .await
-    .unwrap();
     let v4_token: i64 = raw
         .query_one(
             &format!(
@@ -1152,6 +1131,38 @@ async fn a_version_4_hold_and_token_survive_the_migration() {
     assert!(token > v4_token, "{token} after version 4's {v4_token}");
 }
 
+/// A fresh schema put back as version 4 left it (no plain_locks, no latch requests), with
+/// `holder`'s plain hold (count 1, 10 s left) in version 4's `holds`: the raw connection, the
+/// schema and its quoted name. The next store opened on it migrates it.
+async fn at_version_4_held_by(
+    url: &str,
+    name: &str,
+    holder: &Claim,
+) -> (tokio_postgres::Client, String, String) {
+    let schema = fresh_schema(name);
+    let q = super::schema::quote_ident(&schema);
+    drop(store_at(url, &schema).await);
+    let (raw, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
+    tokio::spawn(connection);
+    raw.batch_execute(&format!(
+        "DROP FUNCTION {q}.plain_row; DROP TABLE {q}.plain_locks; \
+         ALTER TABLE {q}.latches DROP COLUMN request; UPDATE {q}.meta SET version = 4;"
+    ))
+    .await
+    .unwrap();
+    let key = super::names::stored(&holder.keys.key).into_owned();
+    raw.execute(
+        &format!(
+            "INSERT INTO {q}.holds (key, owner, count, expires_at) \
+             VALUES ($1, $2, 1, clock_timestamp() + interval '10 seconds')"
+        ),
+        &[&key, &holder.owner],
+    )
+    .await
+    .unwrap();
+    (raw, schema, q)
+}
+
 /// Review of issue 39's layout: a version-4 hold whose partial release ran before the
 /// migration (count 2 -> 1, its latch under the request id) and whose reply was lost: the retry,
 /// sent after the migration, is answered from that latch, not applied again (which would free
@@ -1162,29 +1173,9 @@ async fn a_version_4_partial_release_retried_after_the_migration_is_applied_once
         return;
     }
     let url = shared().url();
-    let schema = fresh_schema("v4latch");
-    let q = super::schema::quote_ident(&schema);
-    drop(store_at(&url, &schema).await);
-    let (raw, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
-    tokio::spawn(connection);
     let a = claim(&Plain, "order:4l", "a", LEASE);
-    let key = super::names::stored(&a.keys.key).into_owned();
+    let (raw, schema, q) = at_version_4_held_by(&url, "v4latch", &a).await;
     let retried = format!("{}l1", a.keys.latch_prefix);
-    raw.batch_execute(&format!(
-        "DROP FUNCTION {q}.plain_row; DROP TABLE {q}.plain_locks; \
-         ALTER TABLE {q}.latches DROP COLUMN request; UPDATE {q}.meta SET version = 4;"
-    ))
-    .await
-    .unwrap();
-    raw.execute(
-        &format!(
-            "INSERT INTO {q}.holds (key, owner, count, expires_at) \
-             VALUES ($1, 'a', 1, clock_timestamp() + interval '10 seconds')"
-        ),
-        &[&key],
-    )
-    .await
-    .unwrap();
     raw.execute(
         &format!(
             "INSERT INTO {q}.latches (id, result, expires_at) \
