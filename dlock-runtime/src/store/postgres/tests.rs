@@ -1169,6 +1169,78 @@ async fn a_migration_that_finds_a_newer_schema_under_its_lock_changes_nothing() 
     assert_eq!(kept, 42, "the newer schema's function was replaced");
 }
 
+/// Review of issue 39: a partial release's latch outlives its hold, and other owners between.
+/// a re-enters, releases the inner hold (the reply lost), its hold expires, b takes the lock and
+/// releases it, a is granted the lock again by a re-entry: the retry of a's partial release is
+/// answered from its latch, not applied to a's new hold (which would free the lock under it).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partial_release_retried_after_other_owners_is_answered_from_its_latch() {
+    if !available("a_partial_release_retried_after_other_owners_is_answered_from_its_latch") {
+        return;
+    }
+    let store = store("latched").await;
+    let short = Duration::from_millis(300);
+    let a = claim(&Plain, "order:latched", "a:1", short);
+    let link = store.link_for(&a.keys.key);
+    assert_eq!(link.acquire(&Plain, &a, None, LEASE).await.unwrap().0, 1);
+    let marker = format!("{}m1", a.keys.latch_prefix);
+    assert_eq!(
+        link.acquire(&Plain, &a, Some(&marker), LEASE)
+            .await
+            .unwrap()
+            .0,
+        2
+    );
+    let retried = format!("{}r1", a.keys.latch_prefix);
+    assert_eq!(
+        link.release(&Plain, &a, &retried, LEASE).await.unwrap(),
+        (1, None)
+    );
+    // a's hold runs out (time is the subject: its 300 ms lease), bounded.
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while link.pttl(&Plain, &a.keys.key).await.unwrap() != -2 {
+        assert!(
+            std::time::Instant::now() < until,
+            "a's 300 ms lease never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let b = claim(&Plain, "order:latched", "b:1", LEASE);
+    assert_eq!(link.acquire(&Plain, &b, None, LEASE).await.unwrap().0, 1);
+    let b_latch = format!("{}rb", b.keys.latch_prefix);
+    assert_eq!(
+        link.release(&Plain, &b, &b_latch, LEASE).await.unwrap(),
+        (0, Some(-2))
+    );
+    let a_again = claim(&Plain, "order:latched", &a.owner, LEASE);
+    assert_eq!(
+        link.acquire(
+            &Plain,
+            &a_again,
+            Some(&format!("{}m2", a.keys.latch_prefix)),
+            LEASE
+        )
+        .await
+        .unwrap()
+        .0,
+        1,
+        "a granted again by a re-entry"
+    );
+    assert_eq!(
+        link.release(&Plain, &a_again, &retried, LEASE)
+            .await
+            .unwrap(),
+        (1, None),
+        "the retry answered as its first run, not applied to a's new hold"
+    );
+    let c = claim(&Plain, "order:latched", "c:1", LEASE);
+    assert_eq!(
+        link.acquire(&Plain, &c, None, LEASE).await.unwrap().0,
+        0,
+        "c let in while a holds"
+    );
+}
+
 /// A fresh schema put back as version 4 left it (no plain_locks, no latch requests), with
 /// `holder`'s plain hold (count 1, 10 s left) in version 4's `holds`: the raw connection, the
 /// schema and its quoted name. The next store opened on it migrates it.
@@ -1280,9 +1352,10 @@ async fn plain_rows_unused_for_a_day_are_swept_and_live_ones_kept() {
     // 3000 rows of locks last used two days ago: a few dozen pages.
     raw.execute(
         &format!(
-            "INSERT INTO {q}.plain_locks (key, owner, count, expires_at, last, latched) \
+            "INSERT INTO {q}.plain_locks (key, owner, count, expires_at, last, latched_until) \
              SELECT 'old:' || i, NULL, 0, clock_timestamp() - interval '2 days', \
-               {q}.micros(clock_timestamp() - interval '2 days'), false \
+               {q}.micros(clock_timestamp() - interval '2 days'), \
+               clock_timestamp() - interval '2 days' \
              FROM generate_series(1, 3000) i"
         ),
         &[],

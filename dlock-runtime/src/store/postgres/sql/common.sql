@@ -155,7 +155,7 @@ BEGIN
   SELECT count(*) INTO v_live FROM @schema@.holds h WHERE h.key = p_key AND h.expires_at > v_now;
   DELETE FROM @schema@.holds WHERE key = p_key;
   -- A plain lock's row stays, free, keeping its token.
-  UPDATE @schema@.plain_locks l SET owner = NULL, count = 0, expires_at = v_now, latched = false
+  UPDATE @schema@.plain_locks l SET owner = NULL, count = 0, expires_at = v_now
     WHERE l.key = p_key AND l.owner IS NOT NULL AND l.expires_at > v_now;
   IF FOUND THEN
     v_live := v_live + 1;

@@ -29,11 +29,13 @@ BEGIN
     v_count := 0;
     v_until := p_now;
   END IF;
-  -- A hold moved in from version 4 counts as latched: a partial release of it may have run
-  -- there, its latch under its request id, and a retry of it must be answered from that latch,
-  -- not applied again (the one-UPDATE release skips the look only for rows never latched).
-  INSERT INTO @schema@.plain_locks AS l (key, owner, count, expires_at, last, latched)
-    VALUES (p_key, v_owner, v_count, v_until, 0, v_owner IS NOT NULL)
+  -- A hold moved in from version 4 counts as latched for a day (the longest a latch may live):
+  -- a partial release of it may have run there, its latch under its request id, and a retry of
+  -- it must be answered from that latch, not applied again (the one-UPDATE release skips the
+  -- look only when no latch can be live).
+  INSERT INTO @schema@.plain_locks AS l (key, owner, count, expires_at, last, latched_until)
+    VALUES (p_key, v_owner, v_count, v_until, 0,
+      CASE WHEN v_owner IS NULL THEN p_now ELSE p_now + interval '1 day' END)
     RETURNING l.* INTO v_row;
   RETURN v_row;
 END
@@ -59,8 +61,7 @@ BEGIN
     -- the steps below would: free, not re-entered, the owner not done; token as below.
     UPDATE @schema@.plain_locks l SET owner = p_owner, count = 1,
         expires_at = v_now + p_lease_ms * interval '1 millisecond',
-        last = greatest(l.last + 1, (extract(epoch FROM v_now) * 1000000)::bigint),
-        latched = l.latched AND l.owner IS NOT DISTINCT FROM p_owner
+        last = greatest(l.last + 1, (extract(epoch FROM v_now) * 1000000)::bigint)
       WHERE l.key = p_key AND (l.owner IS NULL OR l.expires_at <= v_now) AND l.last > 0
         AND NOT EXISTS (SELECT 1 FROM @schema@.latches g
                         WHERE g.id = 'gone:' || p_owner AND g.expires_at > v_now)
@@ -131,10 +132,10 @@ BEGIN
       ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at;
   END IF;
   UPDATE @schema@.plain_locks l SET owner = p_owner, count = 1,
-      expires_at = v_now + p_lease_ms * interval '1 millisecond', last = detail,
-      -- The latches of an owner's partial releases stay with its id (its hold may have expired
-      -- and be granted again: a retry of one must still be answered from its latch).
-      latched = l.latched AND l.owner IS NOT DISTINCT FROM p_owner
+      -- latched_until stays: the latches of an owner's partial releases outlive its hold (it
+      -- may have expired and be granted again, after others: a retry of one must still be
+      -- answered from its latch).
+      expires_at = v_now + p_lease_ms * interval '1 millisecond', last = detail
     WHERE l.key = p_key;
   held := 1;
   IF random() < 0.125 THEN
@@ -173,7 +174,7 @@ BEGIN
   -- The usual case in one statement: the owner's only hold, no partial release before it.
   UPDATE @schema@.plain_locks l SET owner = NULL, count = 0, expires_at = v_now
     WHERE l.key = p_key AND l.owner = p_owner AND l.count = 1 AND l.expires_at > v_now
-      AND NOT l.latched;
+      AND l.latched_until <= v_now;
   IF FOUND THEN
     remaining := 0;
     v_freed := true;
@@ -183,7 +184,7 @@ BEGIN
       v_row := @schema@.plain_row(p_key, v_now);
     END IF;
     IF v_row.owner = p_owner AND v_row.expires_at > v_now THEN
-      IF v_row.latched THEN
+      IF v_row.latched_until > v_now THEN
         -- A retry of a partial release of this hold that already ran: the same answer.
         SELECT l.result INTO remaining FROM @schema@.latches l
           WHERE l.id = p_latch AND l.expires_at > v_now;
@@ -198,7 +199,8 @@ BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
   END IF;
   IF remaining > 0 THEN
-    UPDATE @schema@.plain_locks l SET count = remaining, latched = true,
+    UPDATE @schema@.plain_locks l SET count = remaining,
+        latched_until = greatest(l.latched_until, v_now + p_latch_ms * interval '1 millisecond'),
         -- p_lease_ms 0: a hard lease, whose end a partial release must not move.
         expires_at = CASE WHEN p_lease_ms > 0
           THEN v_now + p_lease_ms * interval '1 millisecond' ELSE l.expires_at END
@@ -280,8 +282,7 @@ BEGIN
   IF v_row.count > 1 THEN
     UPDATE @schema@.plain_locks l SET count = l.count - 1 WHERE l.key = p_key;
   ELSE
-    UPDATE @schema@.plain_locks l SET owner = NULL, count = 0, expires_at = v_now,
-        latched = false
+    UPDATE @schema@.plain_locks l SET owner = NULL, count = 0, expires_at = v_now
       WHERE l.key = p_key;
     PERFORM pg_notify(p_channel, 'released');
   END IF;

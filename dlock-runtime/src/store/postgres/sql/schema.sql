@@ -42,8 +42,11 @@ CREATE INDEX IF NOT EXISTS holds_expires_at ON @schema@.holds (expires_at);
 -- a page's dead versions are pruned when it fills (fillfactor leaves room for them).
 -- owner NULL: free, expires_at then the release's time; a row whose expires_at has passed
 -- counts as free everywhere. last: the last fencing token handed out (the fences row of the
--- older layout is read once, when the row is made). latched: a partial release of the
--- current hold left a latch under its request id (only then does a release look for one).
+-- older layout is read once, when the row is made). latched_until: until when a latch of a
+-- partial release of this key may still answer a retry (the latest such latch's expiry; only
+-- before it does a release look for one). It is never cleared when the owner changes: an
+-- owner whose hold expired may be granted the key again later, and a retry of its partial
+-- release must still be answered from its latch, not applied to the new hold.
 -- Logged, as every table here (see above).
 CREATE TABLE IF NOT EXISTS @schema@.plain_locks (
   key text PRIMARY KEY,
@@ -51,7 +54,7 @@ CREATE TABLE IF NOT EXISTS @schema@.plain_locks (
   count integer NOT NULL,
   expires_at timestamptz NOT NULL,
   last bigint NOT NULL,
-  latched boolean NOT NULL
+  latched_until timestamptz NOT NULL
 ) WITH (fillfactor = 50);
 
 -- The last fencing token handed out per lock (kinds other than the plain lock). Tokens are greatest(last + 1, clock in µs), so a
