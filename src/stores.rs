@@ -37,9 +37,12 @@
 //!   writes (as long as clocks do not step back).
 //! * **Durability**: an acquire, a renewal and every other write wait for their WAL flush; a
 //!   plain lock's release does not (`synchronous_commit` off for that one transaction), which
-//!   halves the cycle with `fsync` on. A server crash can lose only a release not flushed yet
-//!   (with its latch): that lock stays held by its done owner until its lease ends, never by
-//!   two owners, and the next acquire's flush writes the release first.
+//!   halves the cycle with `fsync` on. A server crash (or a failover to a synchronous standby)
+//!   can lose only a release not flushed yet, at most about three `wal_writer_delay`s old (with
+//!   its latch): that lock stays held by its done owner until its lease ends (for a hard
+//!   `lease`, its whole length), never by two owners, and the next acquire's flush writes the
+//!   release first. A release that found nothing to release keeps its flush: the gone mark it
+//!   writes refuses a late acquire of that owner, which may cross a restart queued in a pooler.
 //! * **Waiters** are woken by `NOTIFY` from the release, heard on one `LISTEN` connection per
 //!   client, however many tasks wait; a release wakes one waiter of each client. The client
 //!   opens `connections` (default 1) connections for requests plus that one.
@@ -54,8 +57,11 @@
 //!   the roles that may use the lock rows. Version 5 (`plain_locks`) upgrades in place while
 //!   locks are held: a plain lock's `holds` row moves into its new row when that is made, its
 //!   first token starts from its `fences` row, and older clients keep working (they call the
-//!   schema's functions), except that an older inspector lists no plain lock. A call already
-//!   running when a migration commits finishes with the old function, so migrate before a
+//!   schema's functions), except that an older inspector lists no plain lock. The version is
+//!   read again under the migration's lock, so a dlock never puts its functions over a schema a
+//!   newer one migrated meanwhile. A call already running when a migration commits finishes
+//!   with the old function, and in that narrow window a version-4 acquire can write a hold the
+//!   new layout does not read, letting a second owner in for one lease: migrate before a
 //!   fleet's clients are busy, as with every migration.
 //! * **Names**: any text, as on Redis. PostgreSQL text cannot hold NUL and an index entry has
 //!   at most 2704 bytes, so the store writes a name's NUL as `%00` and stores a key longer
