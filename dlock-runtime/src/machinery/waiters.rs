@@ -947,6 +947,21 @@ mod tests {
         let took = started.elapsed();
         assert!(took < ACK + Duration::from_millis(200), "{took:?}");
         assert!(!sub.confirmed());
+        // That call's ack wait started before the subscriber sent the SUBSCRIBE, so it ends a
+        // little before the subscriber's own: resumed now, the server could still answer the
+        // old connection in time, which then stays and is never replaced (seen twice in CI
+        // rehearsals on a loaded machine). Resume only once the subscriber has given it up:
+        // its session ended, or the next one began.
+        let until = Instant::now() + SOON;
+        while waiters.shared.connected.load(Ordering::Acquire)
+            && waiters.shared.epoch.load(Ordering::Acquire) < 2
+        {
+            assert!(
+                Instant::now() < until,
+                "the stopped connection was never given up"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
 
         drop(stopped);
         // The replacement connection re-subscribes the channel, then wakes its waiter.
