@@ -43,14 +43,23 @@ if redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
   end
   local token = clock
   if last then
-    if not string.find(last, '^%d+$') then
-      -- Not a counter: put the string back (its expiry, if it had one, is not restored).
-      redis.call('SET', KEYS[2], last)
-      return redis.error_reply('WRONGTYPE fencing counter `' .. KEYS[2] .. '` holds a non-number')
+    local ahead
+    if string.find(last, '^[1-9]%d*$') then
+      -- Digits as dlock writes them, without sign or leading zero: the longer is larger, and
+      -- of equal length the text order is the number order.
+      ahead = #last > #clock or (#last == #clock and last >= clock)
+    else
+      -- Anything else (a value set by hand: leading zeros, a sign) is read as a number;
+      -- compared as text, "00042" would pass for a counter ahead of the clock.
+      local n = tonumber(last)
+      if not n then
+        -- Not a counter: put the string back (its expiry, if it had one, is not restored).
+        redis.call('SET', KEYS[2], last)
+        return redis.error_reply('WRONGTYPE fencing counter `' .. KEYS[2] .. '` holds a non-number')
+      end
+      ahead = n >= tonumber(clock)
     end
-    -- Two runs of digits without leading zeros: the longer is larger, and of equal length
-    -- the text order is the number order.
-    if #last > #clock or (#last == #clock and last >= clock) then
+    if ahead then
       -- A Lua number is exact below 2^53 (a µs clock is near 2^51) and goes to Redis as its
       -- integer digits.
       token = tonumber(last) + 1

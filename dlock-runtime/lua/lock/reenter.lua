@@ -31,11 +31,19 @@ if redis.call('EXISTS', KEYS[1], KEYS[4]) == 0 then
   end
   local token = clock
   if last then
-    if not string.find(last, '^%d+$') then
-      redis.call('SET', KEYS[2], last)
-      return redis.error_reply('WRONGTYPE fencing counter `' .. KEYS[2] .. '` holds a non-number')
+    -- As acquire.lua: dlock's own digits compared as text, anything else as a number.
+    local ahead
+    if string.find(last, '^[1-9]%d*$') then
+      ahead = #last > #clock or (#last == #clock and last >= clock)
+    else
+      local n = tonumber(last)
+      if not n then
+        redis.call('SET', KEYS[2], last)
+        return redis.error_reply('WRONGTYPE fencing counter `' .. KEYS[2] .. '` holds a non-number')
+      end
+      ahead = n >= tonumber(clock)
     end
-    if #last > #clock or (#last == #clock and last >= clock) then
+    if ahead then
       token = tonumber(last) + 1
       redis.call('SET', KEYS[2], token, 'PX', ARGV[4])
     end
