@@ -139,7 +139,8 @@ impl LockKind for Fair {
 /// waited in a frozen connection while the client undid it over another) is neither granted
 /// nor queued. Owner ids are fresh for every hold (an acquire keeps one owner across its
 /// attempts, and releases it only when it ends), so an owner is never legitimately granted
-/// again once done. The plain lock's done latch has the same form (`kinds/plain.rs`).
+/// again once done. The plain lock names its done latch by the owner id's unique part only
+/// (`kinds/plain.rs`: every acquire reads it there); here the whole owner id.
 fn done_latch(hold: &Claim) -> String {
     format!("{}done:{}", hold.keys.latch_prefix, hold.owner)
 }

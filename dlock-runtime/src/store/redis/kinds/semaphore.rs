@@ -56,7 +56,8 @@ pub(crate) fn stored_permits(e: &redis::RedisError) -> Option<u32> {
 /// permit): the release keeps its answer there, and an acquire of that owner that reaches
 /// Redis late (it waited in a frozen connection while the client undid it over another) is
 /// refused. Owner ids are fresh for every permit, so an owner is never legitimately granted
-/// again once done. The plain lock's done latch has the same form (`kinds/plain.rs`).
+/// again once done. The plain lock names its done latch by the owner id's unique part only
+/// (`kinds/plain.rs`: every acquire reads it there); here the whole owner id.
 fn done_latch(hold: &Claim) -> String {
     format!("{}done:{}", hold.keys.latch_prefix, hold.owner)
 }
