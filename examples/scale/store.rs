@@ -208,8 +208,9 @@ impl Store {
         Duration::from_micros(us)
     }
 
-    /// Server time spent in every command so far (Redis) or in every dlock function
-    /// (PostgreSQL): what the processes sweep costs the server.
+    /// Calls the server served so far: every command (Redis's `total_commands_processed`,
+    /// script calls included) or every dlock function call (PostgreSQL): the processes sweep's
+    /// server work per lock.
     pub async fn calls(&self) -> u64 {
         #[cfg(feature = "postgres")]
         if let Some(pg) = &self.pg {
