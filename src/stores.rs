@@ -57,8 +57,9 @@
 //!   the roles that may use the lock rows. Version 5 (`plain_locks`) upgrades in place while
 //!   locks are held: a plain lock's `holds` row moves into its new row when that is made, its
 //!   first token starts from its `fences` row, and older clients keep working (they call the
-//!   schema's functions), except that an older inspector lists no plain lock. A call already
-//!   running when a migration commits finishes
+//!   schema's functions), except that an older inspector lists no plain lock. The version is
+//!   read again under the migration's lock, so a dlock never puts its functions over a schema a
+//!   newer one migrated meanwhile. A call already running when a migration commits finishes
 //!   with the old function, and in that narrow window a version-4 acquire can write a hold the
 //!   new layout does not read, letting a second owner in for one lease: migrate before a
 //!   fleet's clients are busy, as with every migration.

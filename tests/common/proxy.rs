@@ -17,6 +17,9 @@
 //!   `thaw_connection(i)` / `thaw()`. A request in flight then has run in Redis while the
 //!   client has not heard so.
 //! * `delay_replies(d)` holds every upstream -> client chunk for `d` after it arrived.
+//! * `throttle_replies(i, rate)` delivers what the server sends on connection `i` at `rate`
+//!   bytes per second at most: a congested link that still carries every byte, in order, so
+//!   replies queued behind others arrive late but do arrive.
 //! * `kill_all()` closes both sockets of every open connection with FIN (a plain close: the
 //!   kernel sends RST instead only if unread bytes were still queued on that socket), and returns
 //!   once they are closed, so the client's next command fails.
@@ -73,6 +76,11 @@ struct Conn {
     frozen: watch::Sender<bool>,
     /// Only the upstream -> client direction frozen (`hold_replies`).
     replies_held: watch::Sender<bool>,
+    /// Upstream -> client bytes per second (`throttle_replies`; 0: no limit).
+    reply_rate: AtomicUsize,
+    /// The local port of the proxy's socket to the server (0 until connected): what the
+    /// server sees as this connection's client port.
+    upstream_local_port: AtomicUsize,
     killed: watch::Sender<bool>,
     /// Bytes read from either side and not yet delivered to the other.
     held: AtomicUsize,
@@ -178,6 +186,15 @@ impl Proxy {
         self.conn(i).replies_held.send_replace(true);
     }
 
+    /// Delivers what the server sends on connection `i` (accept order, from 0) at
+    /// `bytes_per_second` at most, a piece every 10 ms; 0 lifts the limit. Panics if it was not
+    /// accepted yet.
+    pub fn throttle_replies(&self, i: usize, bytes_per_second: usize) {
+        self.conn(i)
+            .reply_rate
+            .store(bytes_per_second, Ordering::SeqCst);
+    }
+
     /// Holds each upstream -> client chunk for `delay` before delivering it; ZERO turns it off
     /// for chunks arriving from now on.
     pub fn delay_replies(&self, delay: Duration) {
@@ -217,6 +234,18 @@ impl Proxy {
     /// Connections accepted since the start, open or not: the next one gets this number.
     pub fn accepted(&self) -> usize {
         self.shared.conns().len()
+    }
+
+    /// The port the server sees connection `i` (accept order, from 0) come from (PostgreSQL's
+    /// `pg_stat_activity.client_port`, Redis's `CLIENT LIST` addr), once the proxy connected it
+    /// upstream (a client that finished connecting through the proxy has). Panics before that.
+    pub fn upstream_port(&self, i: usize) -> u16 {
+        let port = self.conn(i).upstream_local_port.load(Ordering::SeqCst);
+        assert!(
+            port != 0,
+            "proxy: connection #{i} is not connected upstream yet"
+        );
+        port as u16
     }
 
     /// Bytes connection `i` has read and not yet delivered (both directions): while it is
@@ -259,6 +288,8 @@ impl Shared {
             index: conns.len(),
             frozen: watch::Sender::new(false),
             replies_held: watch::Sender::new(false),
+            reply_rate: AtomicUsize::new(0),
+            upstream_local_port: AtomicUsize::new(0),
             killed: watch::Sender::new(false),
             held: AtomicUsize::new(0),
         });
@@ -327,6 +358,8 @@ async fn forward(
     conn: &Conn,
 ) -> io::Result<()> {
     let upstream = TcpStream::connect(("127.0.0.1", upstream_port)).await?;
+    conn.upstream_local_port
+        .store(upstream.local_addr()?.port().into(), Ordering::SeqCst);
     // Small writes (one command, one reply) must not wait for Nagle.
     client.set_nodelay(true)?;
     upstream.set_nodelay(true)?;
@@ -417,6 +450,8 @@ async fn write_side(
         Direction::ToClient => conn.replies_held.subscribe(),
         Direction::ToServer => never.subscribe(),
     };
+    // When the next throttled piece may go (`throttle_replies`).
+    let mut paced = Instant::now();
     while let Some(chunk) = rx.recv().await {
         let due = match &chunk {
             Chunk::Data { due, .. } => *due,
@@ -425,10 +460,27 @@ async fn write_side(
         until_deliverable(due, &mut all, &mut own, &mut replies).await;
         match chunk {
             Chunk::Data { bytes, .. } => {
-                // Counted as delivered before the write, so a reader that saw the bytes
-                // never sees them still counted as held.
-                conn.held.fetch_sub(bytes.len(), Ordering::SeqCst);
-                dst.write_all(&bytes).await?;
+                let rate = match dir {
+                    Direction::ToClient => conn.reply_rate.load(Ordering::SeqCst),
+                    Direction::ToServer => 0,
+                };
+                // Unthrottled: the whole chunk at once.
+                let piece = if rate == 0 {
+                    bytes.len()
+                } else {
+                    (rate / 100).max(1)
+                };
+                for part in bytes.chunks(piece.max(1)) {
+                    if rate != 0 {
+                        paced = paced.max(Instant::now());
+                        tokio::time::sleep_until(paced).await;
+                        paced += Duration::from_millis(10);
+                    }
+                    // Counted as delivered before the write, so a reader that saw the bytes
+                    // never sees them still counted as held.
+                    conn.held.fetch_sub(part.len(), Ordering::SeqCst);
+                    dst.write_all(part).await?;
+                }
             }
             Chunk::Eof => return dst.shutdown().await,
             Chunk::Failed => {

@@ -121,12 +121,13 @@ async fn late_acquire(release_fn: &str, lock: impl Fn(&dlock::LockClient) -> dlo
             .build()
             .await
             .expect("connect through the proxy");
-        // Connection 0 carries the commands (connection 1 is the listener).
+        // Connection 0 carries the commands (connection 1 is the listener); the server knows
+        // it by the port the proxy connected from.
         let command_pid = server
-            .psql(
-                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' \
-                 AND query LIKE '%.meta%'",
-            )
+            .psql(&format!(
+                "SELECT pid FROM pg_stat_activity WHERE client_port = {}",
+                proxy.upstream_port(0)
+            ))
             .expect("pg_stat_activity");
         assert!(!command_pid.is_empty() && !command_pid.contains('\n'));
         proxy.freeze_connection(0);

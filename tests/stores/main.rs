@@ -26,6 +26,7 @@ mod names;
 mod pooler;
 mod privileges;
 mod promotion;
+mod slow_link;
 mod stock;
 mod tls;
 mod waking;

@@ -48,6 +48,19 @@ impl Released {
 }
 
 impl Link {
+    /// Which of the store's connections this link sends on. Calls on one connection are
+    /// answered in turn, so the watchdog judges a queued renewal by its connection's answers.
+    #[cfg(any(feature = "postgres", feature = "zookeeper"))]
+    pub(crate) fn lane(&self) -> usize {
+        match self {
+            Link::Redis(_) => 0,
+            #[cfg(feature = "postgres")]
+            Link::Postgres(link) => link.slot(),
+            #[cfg(feature = "zookeeper")]
+            Link::Zookeeper(_) => 0,
+        }
+    }
+
     /// Takes the lock of `kind` for `claim.owner`, or re-enters it when `reentry` (a marker
     /// that lets a cancelled re-entry be undone once) is given.
     pub(crate) async fn acquire(

@@ -116,6 +116,11 @@ impl PgLink {
         PgLink { inner, slot }
     }
 
+    /// The store's connection this link sends on.
+    pub(crate) fn slot(&self) -> usize {
+        self.slot
+    }
+
     /// The schema dlock's tables are in.
     pub(super) fn schema(&self) -> &super::schema::Schema {
         &self.inner.schema

@@ -76,6 +76,21 @@ impl Schema {
     pub(crate) fn migration(&self, create_schema: bool) -> String {
         let tag = self.body_tag();
         let mut sql = format!("SELECT pg_catalog.pg_advisory_xact_lock({MIGRATION_LOCK});\n");
+        // The version again, under the lock: `migrate` read it before, and a newer dlock may
+        // have migrated in between; running this one's functions over its tables would undo
+        // it (two layouts of one lock, two owners). The raise ends the whole transaction.
+        let meta = quote_literal(&format!("{}.meta", self.quoted));
+        sql += &format!(
+            "DO {tag} DECLARE v integer; BEGIN \
+               IF pg_catalog.to_regclass({meta}) IS NOT NULL THEN \
+                 EXECUTE 'SELECT max(version) FROM ' || {meta} INTO v; \
+                 IF v > {VERSION} THEN \
+                   RAISE EXCEPTION 'the schema is at version %, newer than this dlock''s {VERSION}: \
+                     it was migrated by a newer dlock, which this one must not undo', v; \
+                 END IF; \
+               END IF; \
+             END {tag};\n"
+        );
         if create_schema {
             sql += &format!("CREATE SCHEMA IF NOT EXISTS {};\n", self.quoted);
         }
@@ -101,6 +116,11 @@ impl Schema {
             .find(|tag| !self.quoted.contains(tag.as_str()))
             .expect("a 63-byte name cannot contain 64 different tags")
     }
+}
+
+/// `text` as an SQL string literal (standard_conforming_strings: only quotes are doubled).
+fn quote_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
 }
 
 /// `name` as a quoted SQL identifier, the way `quote_ident` writes it: in double quotes, inner

@@ -1203,6 +1203,44 @@ async fn a_partial_release_retried_after_other_owners_is_answered_from_its_latch
     );
 }
 
+/// Review of issue 39: `migrate` reads the version before its transaction, so a newer dlock
+/// may migrate in between; the migration checks again under its lock and changes nothing when
+/// the schema is newer than it (its functions would have replaced the newer ones).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_migration_that_finds_a_newer_schema_under_its_lock_changes_nothing() {
+    if !available("a_migration_that_finds_a_newer_schema_under_its_lock_changes_nothing") {
+        return;
+    }
+    let url = shared().url();
+    let name = fresh_schema("newer");
+    drop(store_at(&url, &name).await);
+    let (raw, connection) = url.parse::<Config>().unwrap().connect(NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let schema = super::schema::Schema::new(&name).unwrap();
+    let q = schema.quoted();
+    let newer = super::schema::VERSION + 1;
+    // What a newer dlock left: its version, and a function of its own.
+    raw.batch_execute(&format!(
+        "UPDATE {q}.meta SET version = {newer}; \
+         CREATE OR REPLACE FUNCTION {q}.pttl(p_key text) RETURNS bigint \
+           LANGUAGE sql AS $f$ SELECT 42::bigint $f$;"
+    ))
+    .await
+    .unwrap();
+    let refused = raw
+        .batch_execute(&schema.migration(false))
+        .await
+        .expect_err("a migration over a newer schema went through");
+    let text = format!("{refused:?}");
+    assert!(text.contains("newer than this dlock"), "{text}");
+    let kept: i64 = raw
+        .query_one(&format!("SELECT {q}.pttl('k')"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 42, "the newer schema's function was replaced");
+}
+
 /// A fresh schema put back as version 4 left it (no plain_locks, no latch requests), with
 /// `holder`'s plain hold (count 1, 10 s left) in version 4's `holds`: the raw connection, the
 /// schema and its quoted name. The next store opened on it migrates it.
