@@ -38,8 +38,8 @@
 //!   sometimes write again; then release (awaited, or written: `release_written`, as the
 //!   attribute does), drop the guard, or drop the body's future mid-hold (cancel).
 //! * **Nemesis**: one fault at a time, 0.3-2.5 s apart: SIGSTOP/SIGCONT and SIGKILL of a
-//!   client (restarted); on the single server a proxy that freezes, delays or cuts one
-//!   client's connections, restarts from the AOF (`restart_loading`: seconds of LOADING) and
+//!   client (restarted); on the single server a proxy that freezes, delays, throttles (a few
+//!   hundred bytes a second: replies queue and arrive late) or cuts one client's connections, restarts from the AOF (`restart_loading`: seconds of LOADING) and
 //!   without it (`restart_empty`; the filler is written again after), and `kill_inflight`
 //!   (one client's replies held at its proxy while its requests still reach Redis, so Redis
 //!   grants and fsyncs what the client never hears; then SIGKILL of Redis, that client's links
@@ -60,7 +60,7 @@
 //!   (PostgreSQL refuses `synced_replicas`). Kinds: plain, fair, read, write and the semaphore
 //!   (`mix` is those five; the store does not offer Redisson's kinds, and the command line
 //!   refuses `--kind redisson`). The register stays on its own Redis
-//!   server. Faults (`pg.rs`): client SIGSTOP and SIGKILL, proxy freeze, delay and cut as on
+//!   server. Faults (`pg.rs`): client SIGSTOP and SIGKILL, proxy freeze, delay, throttle and cut as on
 //!   the single server; `restart` (SIGKILL of every server process, a start 0.3-1 s later:
 //!   crash recovery from the WAL, nothing committed lost); `terminate` (`pg_terminate_backend`
 //!   of every backend of one client, found by its application name, or of every client's,
@@ -75,7 +75,7 @@
 //!   session (a hold's lease is two thirds of it). Kinds as on PostgreSQL (`mix`: plain, fair,
 //!   read, write, semaphore). Faults (`zk.rs`): client SIGSTOP (up to 4 s: past the session,
 //!   so the ensemble expires it and frees its locks while the client is frozen) and SIGKILL;
-//!   `freeze`, `delay` and `cut` of one client's links to every server (a freeze past the
+//!   `freeze`, `delay`, `throttle` and `cut` of one client's links to every server (a freeze past the
 //!   session expires it as a SIGSTOP does, while the client runs on); `kill_leader` and
 //!   `kill_follower` (SIGKILL, a restart 0.3-4 s later); `pause_leader` (SIGSTOP of the leader
 //!   for 2.6-4.5 s, past the followers' 2 s patience: they elect another, and the old leader

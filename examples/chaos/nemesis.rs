@@ -23,6 +23,8 @@ use crate::{migrate, restarts};
 const FAILOVER_SHOWS_WITHIN: Duration = Duration::from_secs(8);
 /// How long a failover may take to settle before the fault is closed anyway (and noted).
 const SETTLE_BOUND: Duration = Duration::from_secs(30);
+/// How fast a throttled client's link carries replies (`throttle`).
+const THROTTLE_BYTES_PER_SECOND: usize = 400;
 
 /// What the nemesis works on.
 pub struct Nemesis<'a> {
@@ -52,6 +54,7 @@ fn menu(setup: &str) -> &'static [(&'static str, u64)] {
             ("kill", 8),
             ("freeze", 10),
             ("delay", 6),
+            ("throttle", 5),
             ("cut", 8),
             ("restart_loading", 6),
             ("restart_empty", 4),
@@ -86,6 +89,7 @@ fn menu(setup: &str) -> &'static [(&'static str, u64)] {
             ("kill", 8),
             ("freeze", 10),
             ("delay", 6),
+            ("throttle", 5),
             ("cut", 8),
             ("kill_leader", 6),
             ("kill_follower", 6),
@@ -97,6 +101,7 @@ fn menu(setup: &str) -> &'static [(&'static str, u64)] {
             ("kill", 8),
             ("freeze", 10),
             ("delay", 6),
+            ("throttle", 5),
             ("cut", 8),
             ("restart", 6),
             ("terminate", 8),
@@ -229,7 +234,7 @@ impl<'a> Nemesis<'a> {
         } = how;
         let lock = self.locks.get(pick % self.locks.len().max(1)).copied();
         let target = match kind {
-            "pause" | "kill" | "freeze" | "delay" | "cut" => format!("c{client}"),
+            "pause" | "kill" | "freeze" | "delay" | "throttle" | "cut" => format!("c{client}"),
             // Not `c<n>` alone: the server goes down too (the band spans every lane).
             "kill_inflight" => format!("c{client}, {}", self.master_target(0)),
             "migrate" => format!("slot of {}", lock.unwrap_or("?")),
@@ -245,7 +250,7 @@ impl<'a> Nemesis<'a> {
         let outcome = match kind {
             "pause" => self.pause_client(client, length),
             "kill" => self.kill_client(client, length),
-            "freeze" | "delay" | "cut" => self.partition(kind, client, length),
+            "freeze" | "delay" | "throttle" | "cut" => self.partition(kind, client, length),
             "restart_loading" | "restart_empty" => self.restart(kind == "restart_empty", length),
             "kill_inflight" => self.kill_inflight(client, length),
             "migrate" => self.migrate(lock.unwrap_or("plain:0"), master, length),
@@ -375,6 +380,14 @@ impl<'a> Nemesis<'a> {
                 );
                 sleep(length);
                 proxies.delay(client, Duration::ZERO);
+            }
+            "throttle" => {
+                // A few hundred bytes a second: a renewal, an acquire or a release reply is tens
+                // of bytes, so a busy client's replies queue for seconds, as the watchdog's calls
+                // queued behind each other in tests/stores/slow_link.rs.
+                proxies.throttle(client, THROTTLE_BYTES_PER_SECOND);
+                sleep(length);
+                proxies.throttle(client, 0);
             }
             _ => {
                 if !proxies.cut(client) {

@@ -1,7 +1,7 @@
 //! Loopback TCP proxies per client in front of the single server, the PostgreSQL deployment's
 //! switch, or each server of the ZooKeeper ensemble, so the nemesis can partition one client
 //! from the store without touching the others. The proxy itself is the one the integration
-//! tests use (`tests/common/proxy.rs`: freeze, delay replies, cut).
+//! tests use (`tests/common/proxy.rs`: freeze, delay or throttle replies, cut).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -57,6 +57,17 @@ impl Proxies {
     pub fn delay(&self, id: usize, delay: Duration) {
         for p in &self.proxies[id] {
             p.delay_replies(delay);
+        }
+    }
+
+    /// Delivers what the servers send on client `id`'s open connections at `bytes_per_second`
+    /// at most (0 ends it): a congested link that still carries every reply, so they queue up
+    /// and arrive late. Connections opened meanwhile go at full speed.
+    pub fn throttle(&self, id: usize, bytes_per_second: usize) {
+        for p in &self.proxies[id] {
+            for i in 0..p.accepted() {
+                p.throttle_replies(i, bytes_per_second);
+            }
         }
     }
 

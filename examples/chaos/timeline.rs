@@ -168,7 +168,7 @@ fn marks(
 fn fault_colour(kind: &str) -> &'static str {
     match kind {
         "pause" | "kill" => "#9b9b9b",
-        "freeze" | "delay" | "cut" => "#7fb3d5",
+        "freeze" | "delay" | "throttle" | "cut" => "#7fb3d5",
         "failover" | "kill_master" | "pause_master" | "debug_sleep" | "promote" => "#c39bd3",
         "pause_server" => "#d7bde2",
         "migrate" => "#f7dc6f",

@@ -1,5 +1,5 @@
 //! The ZooKeeper deployment (`--store zookeeper`): a 3-server ensemble, every client given all
-//! three through proxies of its own (`freeze`, `delay` and `cut` partition one client from the
+//! three through proxies of its own (`freeze`, `delay`, `throttle` and `cut` partition one client from the
 //! whole ensemble); its faults (the leader or a follower killed and restarted, the leader frozen past the
 //! followers' patience, the whole ensemble restarted) and the lock nodes a run leaves behind.
 

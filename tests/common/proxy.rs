@@ -460,26 +460,27 @@ async fn write_side(
         until_deliverable(due, &mut all, &mut own, &mut replies).await;
         match chunk {
             Chunk::Data { bytes, .. } => {
-                let rate = match dir {
-                    Direction::ToClient => conn.reply_rate.load(Ordering::SeqCst),
-                    Direction::ToServer => 0,
-                };
-                // Unthrottled: the whole chunk at once.
-                let piece = if rate == 0 {
-                    bytes.len()
-                } else {
-                    (rate / 100).max(1)
-                };
-                for part in bytes.chunks(piece.max(1)) {
-                    if rate != 0 {
+                let mut rest = &bytes[..];
+                while !rest.is_empty() {
+                    // Read per piece, so lifting the limit frees a big chunk at once.
+                    let rate = match dir {
+                        Direction::ToClient => conn.reply_rate.load(Ordering::SeqCst),
+                        Direction::ToServer => 0,
+                    };
+                    let n = if rate == 0 {
+                        rest.len()
+                    } else {
                         paced = paced.max(Instant::now());
                         tokio::time::sleep_until(paced).await;
                         paced += Duration::from_millis(10);
-                    }
+                        (rate / 100).clamp(1, rest.len())
+                    };
+                    let (part, tail) = rest.split_at(n);
                     // Counted as delivered before the write, so a reader that saw the bytes
                     // never sees them still counted as held.
                     conn.held.fetch_sub(part.len(), Ordering::SeqCst);
                     dst.write_all(part).await?;
+                    rest = tail;
                 }
             }
             Chunk::Eof => return dst.shutdown().await,
