@@ -40,10 +40,13 @@
 //!   renewals and clean-ups when the command connections are driven by a multi-thread caller
 //!   runtime, and one subscriber, whatever the waiter count.
 //! * **Watchdog**: one task per client renews all held locks at a third of their lease, in one
-//!   round trip per tick (holds due within a twelfth of their lease share it). After a
-//!   connection was lost or replaced (Redis restarted, failed over, a frozen link), every hold
-//!   is renewed at once, so a hold whose key is gone learns it within a reconnect and a round
-//!   trip (measured: 130 ms after a restart without persistence, 30 s lease).
+//!   round trip per tick (holds due within a twelfth of their lease share it). A tick slower
+//!   than a third of the lease (a slow link, a busy machine) is not cut short while the
+//!   connection keeps answering: renewals are spaced out, and a hold is lost only once one
+//!   tick takes about half its lease (tests/stores/slow_link.rs). After a connection was lost
+//!   or replaced (Redis restarted, failed over, a frozen link), every hold is renewed at once,
+//!   so a hold whose key is gone learns it within a reconnect and a round trip (measured:
+//!   130 ms after a restart without persistence, 30 s lease).
 //! * **The holder's view is never stale**: every hold keeps a validity deadline, the instant
 //!   its last successful acquire or renewal was *sent* plus the lease minus a drift margin of
 //!   1 % + 2 ms (at most half the lease). Redis cannot expire the key before then, so
@@ -308,7 +311,7 @@
 //!
 //! | sweep | grows how | where it bends |
 //! |---|---|---|
-//! | N held locks in one client (1k, 10k, 100k) | flat per hold: client heap 1.16-1.22 KB, Redis 216-361 B, PostgreSQL 552-565 B; server time per renewal flat on Redis (2.7-2.9 µs), 8-16 µs on PostgreSQL; the watchdog's tick linear in the holds due in it (Redis 5 ms, 55 ms, 150 ms p50) | one client renews on the order of 100k holds per second here: at a 3 s lease (a renewal a second) 100k holds took 27 % of a Redis core and ticks of 150-880 ms; in one run on a busier machine the ticks (p99 1.2 s) fell behind and 46k of the 100k holds were lost. At the default 30 s lease the same 100k cost a tenth of that |
+//! | N held locks in one client (1k, 10k, 100k) | flat per hold: client heap 1.16-1.22 KB, Redis 216-361 B, PostgreSQL 552-565 B; server time per renewal flat on Redis (2.7-2.9 µs), 8-16 µs on PostgreSQL; the watchdog's tick linear in the holds due in it (Redis 5 ms, 55 ms, 150 ms p50) | one client renews on the order of 100k holds per second here: at a 3 s lease (a renewal a second) 100k holds took 27 % of a Redis core and ticks of 150-880 ms; in one run on a busier machine the ticks (p99 1.2 s) fell behind and 46k of the 100k holds were lost, a defect since fixed (the watchdog cut calls that were only queued; with three busy loops beside it, 5,500 and 50,672 lost before the fix, none after, ticks of 433-520 ms p50). At the default 30 s lease the same 100k cost a tenth of that |
 //! | W tasks waiting in one client on K keys (W 10 to 10k, K 1, 10, 1k) | server connections constant (2 clients: 6 on one Redis, 8 on the cluster, 4 on PostgreSQL); client heap flat, 5.6-7.4 KB per waiter, 4.6 KB of it the acquire future; release to next holder p50 4-15 µs (tasks of one client hand over without the server) | the first wake across clients, p50: Redis 0.3-0.6 ms (3-6 PINGs: release script, message, acquire script) at every W and K; on PostgreSQL 2.5-6.4 ms up to K = 10, 69-165 ms at K = 1,000, where the waiting client's one command connection carries 1,000 acquires and releases in turn (more `connections` spread them) |
 //! | P processes, one task each, on 1 key and on 16 (P 2 to 32) | 16 keys: throughput flat until the 2 cores are full (Redis 6.8k to 3.9k locks/s, PostgreSQL 3.1k to 1k), fair shares, server work per lock flat (Redis 12-16 commands, PostgreSQL 2.6-5.4 calls) | one key, plain lock: every release wakes every waiting process and each tries once, so the server's work per lock grows linearly with P (Redis 17 to 120 commands, PostgreSQL 4 to 60 calls), throughput falls 10-17x and p99 wait reaches 0.3-1.3 s. The fair lock grants the next in line: work per lock flat (Redis 41, PostgreSQL 8.5), 2.1k locks/s at P = 32 on Redis (plain 377), p99 23 ms (plain 321 ms). A key hot across many processes wants `fair_lock` |
 //!
