@@ -320,14 +320,15 @@
 //! P = 2 on one key: 337 locks/s, p99 47 ms, where one server did 4,035 and 0.8 ms; 10 waiters
 //! on 10 keys: p99 43 ms) and p99 waits reach 250-435 ms at P = 16-32 on 16 keys, in every run.
 //! They come from the cluster bus: a release's `PUBLISH` reaches a subscriber connected to
-//! another node over the bus between the nodes, which does not set TCP_NODELAY, so a message
-//! queued behind an unacknowledged gossip packet waits for the delayed ACK (40 ms on Linux;
-//! Valkey's issue 1758). Measured with one subscriber and a `PUBLISH` every 10 ms on a local
-//! 3-master cluster: across nodes 13 of 1,000 messages took 30-43 ms on Redis 7.0 and 5 of
-//! 1,000 on Valkey 8.1, on one node none (max 1.2 ms). The client's own TCP_NODELAY does not
-//! touch that link. The remedy is on dlock's side: on Redis 7 clusters, publish a release
-//! with `SPUBLISH` and wait on the key's own master (as the Redisson kinds already do), so the
-//! message never crosses the bus; not built yet.
+//! another node over the bus between the nodes. 30-43 ms is the signature of Nagle's
+//! algorithm meeting a delayed ACK (40 ms on Linux), and Valkey's issue 1758 reports that the
+//! bus connections a node opens lack TCP_NODELAY. Measured with one subscriber and a `PUBLISH` every 10 ms on a local
+//! 3-master cluster (`perf/cluster-bus/publish_latency.py`): across nodes 13 of 1,000
+//! messages took 30-43 ms on Redis 7.0 and 5 of 1,000 on Valkey 8.1, on one node none (max
+//! 1.2 ms). The client's own TCP_NODELAY does not touch that link. The remedy is on dlock's
+//! side: on Redis 7 clusters, publish a release with `SPUBLISH` and wait on the key's own
+//! master (as the Redisson kinds already do), so the message never crosses the bus; not built
+//! yet.
 //!
 //! ## Redis server time
 //!
