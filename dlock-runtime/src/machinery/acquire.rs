@@ -84,8 +84,8 @@ impl Acquire<'_> {
         self.check_open()?;
         if let Some(parent) = scope::enclosing(&inner.client_id, &self.keys.key) {
             return match self.kind.nested(&*parent.kind) {
-                Nested::Reenter => self.reenter(parent).await,
-                Nested::SameOwner => self.acquire_as(&parent, lease).await,
+                Nested::Reenter => Box::pin(self.reenter(parent)).await,
+                Nested::SameOwner => Box::pin(self.acquire_as(&parent, lease)).await,
                 Nested::Refuse(reason) => Err(LockError::WouldDeadlock {
                     name: self.name.to_owned(),
                     reason: reason.to_owned(),
@@ -145,7 +145,7 @@ impl Acquire<'_> {
             .contend(pass, lease, wait, started, deadline, &mut give_up)
             .await;
         if result.is_err() {
-            give_up.send().await;
+            Box::pin(give_up.send()).await;
         }
         result
     }
@@ -189,7 +189,11 @@ impl Acquire<'_> {
             let keep_owner = refused;
             // Whether this client's written release of the key may still be behind it.
             let behind_release = !refused && inner.written.in_flight(&self.keys.key);
-            let attempt = self.attempt(&hold, None, keep_owner);
+            // Boxed, like the other calls this loop makes: an attempt is the largest state of
+            // the loop (about 3 KB), which a waiting task would otherwise carry while it sleeps
+            // (examples/scale: 5.6 KB per waiting task before, 4.0 KB after; one allocation
+            // per attempt, about 1 % of a cycle's client instructions).
+            let attempt = Box::pin(self.attempt(&hold, None, keep_owner));
             let attempt = match tokio::time::timeout_at(bound, attempt).await {
                 Ok(Ok(attempt)) => attempt,
                 Ok(Err(e)) if passes(&e, refused) && Instant::now() < deadline => {
@@ -223,7 +227,7 @@ impl Acquire<'_> {
                     let token = token.max(0) as u64;
                     if inner.closed.load(Ordering::Acquire) {
                         // Granted after the client's shutdown began: give it back now.
-                        crate::machinery::release::release_quietly(inner, &hold).await;
+                        Box::pin(crate::machinery::release::release_quietly(inner, &hold)).await;
                         return Err(LockError::Closed {
                             name: self.name.to_owned(),
                         });
@@ -286,10 +290,10 @@ impl Acquire<'_> {
                 let channel = self.kind.wait_channel(&hold);
                 // A shard channel (Redisson's on a cluster) goes to the node serving its slot.
                 subscription = if self.kind.sharded_wait() {
-                    let sub = inner.waiters.subscribe_sharded(&channel);
+                    let sub = Box::pin(inner.waiters.subscribe_sharded(&channel));
                     tokio::time::timeout_at(deadline, sub).await.ok()
                 } else {
-                    let sub = inner.waiters.subscribe(&channel);
+                    let sub = Box::pin(inner.waiters.subscribe(&channel));
                     tokio::time::timeout_at(deadline, sub).await.ok()
                 };
                 continue;
