@@ -42,8 +42,8 @@
 //! * **Watchdog**: one task per client renews all held locks at a third of their lease, in one
 //!   round trip per tick (holds due within a twelfth of their lease share it). A tick slower
 //!   than a third of the lease (a slow link, a busy machine) is not cut short while the
-//!   connection keeps answering: renewals are spaced out, and a hold is lost only once one
-//!   tick takes about half its lease (tests/stores/slow_link.rs). After a connection was lost
+//!   connection keeps answering, up to half the lease: renewals are spaced out, and holds are
+//!   lost only once one tick takes about half their lease (tests/stores/slow_link.rs). After a connection was lost
 //!   or replaced (Redis restarted, failed over, a frozen link), every hold is renewed at once,
 //!   so a hold whose key is gone learns it within a reconnect and a round trip (measured:
 //!   130 ms after a restart without persistence, 30 s lease).
@@ -325,7 +325,9 @@
 //! bus connections a node opens lack TCP_NODELAY. Measured with one subscriber and a `PUBLISH` every 10 ms on a local
 //! 3-master cluster (`perf/cluster-bus/publish_latency.py`): across nodes 13 of 1,000
 //! messages took 30-43 ms on Redis 7.0 and 5 of 1,000 on Valkey 8.1, on one node none (max
-//! 1.2 ms). The client's own TCP_NODELAY does not touch that link. The remedy is on dlock's
+//! 1.2 ms). The client's own TCP_NODELAY does not touch that link. Valkey 8.1 sets TCP_NODELAY
+//! on the bus (Valkey's pull request 1763) and still delayed 5 of 1,000, so Nagle may not be
+//! all of it; what else the bus adds is not understood yet. The remedy is on dlock's
 //! side: on Redis 7 clusters, publish a release with `SPUBLISH` and wait on the key's own
 //! master (as the Redisson kinds already do), so the message never crosses the bus; not built
 //! yet.

@@ -266,16 +266,9 @@ async fn run(shared: Weak<Shared>, renewer: Renewer, url: String) {
             *s.planned_wake.lock().unwrap_or_else(|e| e.into_inner()) = None;
             continue;
         }
-        // Every call carries its own bound (see `Bound`), so a node that hangs costs only its
-        // own holds a retry; this outer bound only guards against a bug. No answer can help
-        // after the last validity deadline of the batch.
-        let outer = batch
-            .iter()
-            .map(|h| h.valid_until().saturating_duration_since(now))
-            .max()
-            .unwrap_or_default()
-            .max(MIN_RETRY)
-            + SLOT_MAP_BOUND;
+        // Every call carries its own bound (see `Bound`), at most half the shortest lease of its
+        // holds; this outer bound only guards against a bug.
+        let outer = batch.iter().map(|h| h.lease / 2).max().unwrap_or_default() + SLOT_MAP_BOUND;
         let asked = s.renew_all_asked.load(std::sync::atomic::Ordering::Acquire);
         let renewed = async {
             match &renewer {
@@ -417,7 +410,10 @@ async fn renew_by_link(
                 let call = link.renew(&*holds[0].kind, &claims);
                 let sent_at = Instant::now();
                 let out = match Bound::of(&holds).run(&progress, call).await {
-                    Some(Ok(v)) => v.into_iter().map(outcome).collect(),
+                    Some(Ok(v)) => {
+                        progress.answered();
+                        v.into_iter().map(outcome).collect()
+                    }
                     Some(Err(e)) => {
                         tracing::warn!(error = %e, locks = holds.len(), "dlock watchdog renewal failed");
                         vec![None; holds.len()]
@@ -455,9 +451,15 @@ async fn renew_grouped(
         }
     };
     let conn = &*conn;
+    // Groups without a node (one server, or a cluster's slots while its map is unknown) share
+    // the client's connection.
+    let nodeless = Progress::default();
     let calls = groups.into_iter().flat_map(|(node, idx)| {
         // The calls to one node queue on one connection: each is judged by that node's answers.
-        let progress = Progress::default();
+        let progress = match node {
+            Some(_) => Progress::default(),
+            None => nodeless.clone(),
+        };
         chunks(batch, idx).into_iter().map(move |idx| {
             let (mut conn, node, progress) = (conn.clone(), node.clone(), progress.clone());
             let holds: Vec<Arc<Hold>> = idx.iter().map(|&i| batch[i].clone()).collect();
@@ -533,9 +535,15 @@ impl Progress {
 
 /// How long one renew call may wait: while its connection keeps answering the calls sent with
 /// it, up to the last validity deadline of its holds (an answer after a hold's own deadline
-/// cannot extend that hold any more, `Hold::confirm`, but still extends the others); once the
-/// connection has answered nothing for a third of the shortest lease, the call is given up and
-/// its holds retried soon, perhaps on a new connection (a frozen link).
+/// cannot extend that hold any more, `Hold::confirm`, but still extends the others) and at most
+/// half the shortest lease; once the connection has answered nothing for a third of the
+/// shortest lease, the call is given up and its holds retried soon, perhaps on a new connection
+/// (a frozen link). Only a reply counts as an answer, not a call that gave up or failed.
+///
+/// The half-lease cap keeps the watchdog's loop, which waits for a whole tick, from holding up
+/// the renewals of other holds (a healthy node's, a shorter lease's) for longer than that: a
+/// tick slower than half the lease cannot keep its holds anyway, since each is renewed again
+/// only a tick later. Each request also keeps the client's `response_timeout`.
 ///
 /// A tick's calls are sent together and answered in turn, so a call's own wait includes every
 /// call queued before it. Bounding each call from the tick's start cut off the last calls of a
@@ -550,15 +558,16 @@ struct Bound {
 impl Bound {
     fn of(holds: &[Arc<Hold>]) -> Self {
         let now = Instant::now();
-        let stall = holds.iter().map(|h| h.lease / 3).min().unwrap_or_default();
+        let lease = holds.iter().map(|h| h.lease).min().unwrap_or_default();
         let deadline = holds.iter().map(|h| h.valid_until()).max().unwrap_or(now);
         Bound {
-            stall: stall.max(MIN_RETRY),
-            deadline: deadline.max(now + MIN_RETRY),
+            stall: (lease / 3).max(MIN_RETRY),
+            deadline: deadline.min(now + lease / 2).max(now + MIN_RETRY),
         }
     }
 
-    /// `call`'s answer, or `None` once the bound is reached; an answer counts as progress.
+    /// `call`'s output, or `None` once the bound is reached. The replies inside `call` mark
+    /// `progress` themselves ([`renew_reply`], [`renew_by_link`]).
     async fn run<T>(
         &self,
         progress: &Progress,
@@ -568,7 +577,6 @@ impl Bound {
         loop {
             let limit = (progress.last() + self.stall).min(self.deadline);
             if let Ok(out) = tokio::time::timeout_at(limit, call.as_mut()).await {
-                progress.answered();
                 return Some(out);
             }
             // Another call on the connection was answered meanwhile: the connection is alive.
@@ -595,7 +603,7 @@ async fn renew_call_unbounded(
         }
         Some(node) => {
             let call = kind.renew(&claims(holds), true);
-            match renew_reply(&call, conn, Some(node), sync).await {
+            match renew_reply(&call, conn, Some(node), sync, progress).await {
                 Ok(v) => Ok(v),
                 Err(e) => {
                     tracing::debug!(error = %e, %node, "dlock watchdog: per-node renewal failed; renewing per slot");
@@ -604,7 +612,16 @@ async fn renew_call_unbounded(
                 }
             }
         }
-        None => renew_reply(&kind.renew(&claims(holds), false), conn, None, sync).await,
+        None => {
+            renew_reply(
+                &kind.renew(&claims(holds), false),
+                conn,
+                None,
+                sync,
+                progress,
+            )
+            .await
+        }
     };
     match reply {
         Ok(v) => v.into_iter().map(outcome).collect(),
@@ -632,6 +649,21 @@ const UNCONFIRMED: i64 = i64::MIN;
 /// the same round trip, and renewals it did not confirm read [`UNCONFIRMED`]: they do not
 /// extend the hold's validity, so its replicas' silence ends it when its lease runs out.
 async fn renew_reply(
+    call: &Call<'_>,
+    conn: &mut Conn,
+    node: Option<&NodeAddr>,
+    sync: Option<ReplicaSync>,
+    progress: &Progress,
+) -> redis::RedisResult<Vec<i64>> {
+    let reply = renew_reply_unmarked(call, conn, node, sync).await;
+    if reply.is_ok() {
+        progress.answered();
+    }
+    reply
+}
+
+/// [`renew_reply`] without marking the connection's progress.
+async fn renew_reply_unmarked(
     call: &Call<'_>,
     conn: &mut Conn,
     node: Option<&NodeAddr>,
@@ -689,7 +721,10 @@ async fn renew_per_slot(
         async move {
             let call = kind_of(&group).renew(&claims(&group), false);
             let reply = Bound::of(&group)
-                .run(progress, renew_reply(&call, &mut conn, None, sync))
+                .run(
+                    progress,
+                    renew_reply(&call, &mut conn, None, sync, progress),
+                )
                 .await;
             (idx, reply)
         }
