@@ -748,13 +748,22 @@ fn kind_of(holds: &[Arc<Hold>]) -> &dyn LockKind {
 /// keys each (indices into the batch), in the order their validity runs out. The calls are
 /// answered in the order they are sent, so the holds closest to their deadline go first, and
 /// go together rather than beside holds with time to spare.
+///
+/// Deadlines are compared in steps of a twelfth of the lease, and holds within a step in slot
+/// order, so keys of one slot stay in one call where a server renews per slot (Redis 6.2).
 fn chunks(batch: &[Arc<Hold>], mut idx: Vec<usize>) -> Vec<Vec<usize>> {
-    idx.sort_by_cached_key(|&i| (batch[i].kind.id(), batch[i].valid_until()));
+    let now = Instant::now();
+    idx.sort_by_cached_key(|&i| {
+        let h = &batch[i];
+        let step = (h.lease / 12).as_millis().max(1);
+        let left = h.valid_until().saturating_duration_since(now).as_millis() / step;
+        (h.kind.id(), left, cluster_slot(&h.keys.key))
+    });
     let mut calls: Vec<Vec<usize>> = idx
         .chunk_by(|&a, &b| batch[a].kind.id() == batch[b].kind.id())
         .flat_map(|run| run.chunks(CHUNK).map(<[usize]>::to_vec))
         .collect();
-    calls.sort_by_key(|call| batch[call[0]].valid_until());
+    calls.sort_by_cached_key(|call| call.iter().map(|&i| batch[i].valid_until()).min());
     calls
 }
 
