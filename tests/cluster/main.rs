@@ -18,6 +18,7 @@ mod rwlock;
 mod semaphore;
 mod stock;
 mod synced;
+mod wakeups;
 mod watchdog;
 
 use std::future::Future;

@@ -1,17 +1,29 @@
-//! Sharded pub/sub on a cluster: SSUBSCRIBE each channel on the master serving its slot, and
-//! keep it there across failovers and slot moves.
+//! Pub/sub placed by slot on a cluster: each channel subscribed on the master serving its slot,
+//! and kept there across failovers and slot moves.
 //!
-//! Redisson publishes its lock messages with SPUBLISH on a Redis 7 cluster (its sharded mode
-//! AUTO). A shard message reaches only the subscribers of the node serving the channel's slot,
-//! so one classic subscriber connection is not enough: this task holds one RESP3 connection per
-//! master that has channels, subscribes each channel where its slot lives, and moves it when the
-//! slot moves. redis-rs's cluster connection drops sharded subscriptions on a failover, so this
-//! does not rely on it; it repairs them itself:
+//! Two kinds of channel use it ([`ChannelKind`]):
+//!
+//! * **Shard channels.** Redisson publishes its lock messages with SPUBLISH on a Redis 7
+//!   cluster (its sharded mode AUTO). A shard message reaches only the subscribers of the node
+//!   serving the channel's slot, so one classic subscriber connection is not enough.
+//! * **Classic channels near their publisher.** dlock's own scripts PUBLISH on the key's
+//!   master. Every node hears a classic message, but one heard on another node has crossed the
+//!   cluster bus, where 1-2 % of messages wait 30-43 ms (measured by
+//!   `perf/cluster-bus/publish_latency.py`: 13 in 1,000 on Redis 7.0, 5 in 1,000 on Valkey
+//!   8.1, none over 20 ms on the publishing node itself). Subscribing where the message is
+//!   published takes the bus out of the wake-up. A channel placed on the wrong node still
+//!   hears every message, later: placement here is about latency, never about correctness.
+//!
+//! This task holds one RESP3 connection per master that has channels, subscribes each channel
+//! where its slot lives, and moves it when the slot moves. redis-rs's cluster connection drops
+//! sharded subscriptions on a failover, so this does not rely on it; it repairs them itself:
 //!
 //! * a node connection that drops (a push `Disconnection`) or a server-sent `sunsubscribe` (the
 //!   node lost the slot) marks its channels unplaced at once;
-//! * while any channel is subscribed, the slot map is read every `check_interval`; a channel
-//!   whose slot is now served by another master is subscribed there;
+//! * while any channel is subscribed, every check (`check_interval`) PINGs each node that has
+//!   channels (a frozen link closes nothing and says nothing, so only a round trip finds it)
+//!   and reads the slot map; a channel whose node did not answer, or whose slot is now served
+//!   by another master, is subscribed there;
 //! * after channels were moved, every waiter is woken (`resubscribed`) once the slot map has
 //!   held still for one check: a release published while its channel was nowhere was missed,
 //!   so waiters retry instead of sleeping to the holder's PTTL (and not while the cluster is
@@ -42,8 +54,34 @@ type Node = (String, u16);
 pub(crate) type SlotSource =
     Arc<dyn Fn() -> BoxFuture<'static, Option<Vec<(u16, u16, String, u16)>>> + Send + Sync>;
 
+/// Which pub/sub the subscriber speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ChannelKind {
+    /// SSUBSCRIBE: shard channels, heard only on the node serving their slot.
+    Shard,
+    /// SUBSCRIBE on the node serving the channel's slot: classic channels, heard there first.
+    Classic,
+}
+
+impl ChannelKind {
+    fn subscribe(self) -> &'static str {
+        match self {
+            ChannelKind::Shard => "SSUBSCRIBE",
+            ChannelKind::Classic => "SUBSCRIBE",
+        }
+    }
+
+    fn unsubscribe(self) -> &'static str {
+        match self {
+            ChannelKind::Shard => "SUNSUBSCRIBE",
+            ChannelKind::Classic => "UNSUBSCRIBE",
+        }
+    }
+}
+
 /// Where and how the shard subscriber connects.
 pub(crate) struct ShardSource {
+    pub(crate) kind: ChannelKind,
     /// The cluster's slot map, read on demand.
     pub(crate) slots: SlotSource,
     /// A client of one node: its credentials and TLS settings are reused for every node.
@@ -70,6 +108,7 @@ pub(crate) struct ShardHooks {
 /// Where the shard subscriber of a cluster connects: the seeds' credentials and TLS settings,
 /// the slot map read through the command connections; `None` without a seed.
 pub(crate) fn source(
+    kind: ChannelKind,
     topology: &Topology,
     pool: &Arc<Pool>,
     connect_timeout: Duration,
@@ -90,6 +129,7 @@ pub(crate) fn source(
         })
     });
     Some(ShardSource {
+        kind,
         slots,
         template,
         connect_timeout,
@@ -126,7 +166,8 @@ pub(crate) struct ShardSubscriber {
 }
 
 impl ShardSubscriber {
-    /// Starts the task on `rt`; it ends with `source.stop` or when every handle is gone.
+    /// Starts the task on `rt` (the client's thread, which drives a cluster's command
+    /// connections too); it ends with `source.stop` or when every handle is gone.
     pub(crate) fn start(
         source: ShardSource,
         hooks: ShardHooks,
@@ -147,7 +188,10 @@ impl ShardSubscriber {
             channels: HashMap::new(),
             wake_pending: false,
         };
-        rt.spawn(async move { stop.run_until_cancelled(task.run()).await });
+        rt.spawn(async move {
+            let mut task = task;
+            stop.run_until_cancelled(task.run()).await
+        });
         ShardSubscriber { commands: tx }
     }
 
@@ -182,7 +226,7 @@ struct Task {
 }
 
 impl Task {
-    async fn run(mut self) {
+    async fn run(&mut self) {
         let interval = self.source.check_interval;
         let mut next_check = Instant::now() + interval;
         loop {
@@ -269,6 +313,7 @@ impl Task {
     /// Reads the slot map and subscribes every channel not on its slot's master; wakes every
     /// waiter if one moved.
     async fn repair(&mut self) {
+        self.probe().await;
         if !self.refresh().await {
             return;
         }
@@ -300,13 +345,34 @@ impl Task {
         );
     }
 
+    /// PINGs every node that has channels; one that does not answer within the ack timeout is
+    /// dropped and its channels marked unplaced, to be placed again by the caller.
+    async fn probe(&mut self) {
+        let mut nodes: Vec<Node> = self.channels.values().flatten().cloned().collect();
+        nodes.sort();
+        nodes.dedup();
+        for node in nodes {
+            let Some((_, conn)) = self.conns.get_mut(&node) else {
+                continue;
+            };
+            let ping = redis::cmd("PING");
+            let reply =
+                tokio::time::timeout(self.hooks.ack_timeout, ping.query_async::<Value>(conn));
+            if !matches!(reply.await, Ok(Ok(_))) {
+                tracing::debug!(node = %format!("{}:{}", node.0, node.1), "dlock: a subscriber node did not answer PING; its channels are placed again");
+                self.conns.remove(&node);
+                self.unplace(|on| on == &node);
+            }
+        }
+    }
+
     /// Subscribes `channel` on its slot's master (reading the slot map first if `fresh` is
     /// false and none is known, or if the node answers MOVED). True when confirmed.
     async fn place(&mut self, channel: &str, fresh: bool) -> bool {
         if self.ranges.is_empty() && !fresh {
             self.refresh().await;
         }
-        let ack_timeout = self.hooks.ack_timeout;
+        let (ack_timeout, kind) = (self.hooks.ack_timeout, self.source.kind);
         for attempt in 0..2 {
             if attempt > 0 && !self.refresh().await {
                 break;
@@ -317,7 +383,7 @@ impl Task {
             let Some(conn) = self.connect(&node).await else {
                 continue;
             };
-            let mut cmd = redis::cmd("SSUBSCRIBE");
+            let mut cmd = redis::cmd(kind.subscribe());
             cmd.arg(channel);
             let reply = tokio::time::timeout(ack_timeout, cmd.query_async::<Value>(conn)).await;
             match reply {
@@ -327,7 +393,7 @@ impl Task {
                 }
                 // MOVED (the map was stale) or another refusal: read the map and try again.
                 Ok(Err(e)) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
-                    tracing::debug!(channel, error = %e, "dlock: SSUBSCRIBE refused");
+                    tracing::debug!(channel, error = %e, ?kind, "dlock: subscribe refused");
                 }
                 _ => {
                     self.conns.remove(&node);
@@ -343,7 +409,7 @@ impl Task {
             return;
         };
         if let Some((_, conn)) = self.conns.get_mut(&node) {
-            let mut cmd = redis::cmd("SUNSUBSCRIBE");
+            let mut cmd = redis::cmd(self.source.kind.unsubscribe());
             cmd.arg(channel);
             let reply =
                 tokio::time::timeout(self.hooks.ack_timeout, cmd.query_async::<Value>(conn)).await;

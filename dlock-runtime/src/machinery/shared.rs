@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::LockError;
 use crate::machinery::gate::Gates;
 use crate::machinery::hold::Hold;
-use crate::machinery::shard_subscriber;
+use crate::machinery::shard_subscriber::{self, ChannelKind};
 use crate::machinery::waiters::{WaiterSettings, Waiters, DEFAULT_HEALTH_INTERVAL};
 use crate::machinery::watchdog::Renewer;
 use crate::machinery::watchdog::Watchdog;
@@ -400,10 +400,19 @@ impl Shared {
         .await
         .map_err(connect_err)?;
         let sharded_pubsub = topology.is_cluster() && shard_subscriber::supported(&pool).await;
-        if sharded_pubsub {
-            let source = shard_subscriber::source(&topology, &pool, b.connect_timeout, &stop);
+        // On a cluster, channels are subscribed where their messages are published: a shard
+        // channel can only be heard there, and a classic one heard elsewhere has crossed the
+        // cluster bus, which delays some messages by tens of milliseconds.
+        for (wanted, kind) in [
+            (sharded_pubsub, ChannelKind::Shard),
+            (topology.is_cluster(), ChannelKind::Classic),
+        ] {
+            if !wanted {
+                continue;
+            }
+            let source = shard_subscriber::source(kind, &topology, &pool, b.connect_timeout, &stop);
             if let Some(source) = source {
-                waiters.start_sharded(source, bg.handle());
+                waiters.start_placed(source, bg.handle());
             }
         }
         if let Some(SentinelConn(follower)) = pool.get().sentinel() {

@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::machinery::shard_subscriber::{ShardHooks, ShardSource, ShardSubscriber};
+use crate::machinery::shard_subscriber::{ChannelKind, ShardHooks, ShardSource, ShardSubscriber};
 use crate::machinery::telemetry;
 use crate::store::redis::backend::topology::ClientSource;
 
@@ -88,6 +88,9 @@ struct ChannelState {
 struct Channel {
     refs: usize,
     state: Arc<ChannelState>,
+    /// Subscribed by a slot-placing subscriber (`shard_subscriber.rs`), not on the classic
+    /// connection: a classic reconnect leaves it out, or its messages would arrive twice.
+    placed: bool,
 }
 
 #[derive(Default)]
@@ -130,6 +133,9 @@ pub(crate) struct Waiters {
     ack_timeout: Duration,
     /// Shard channels' subscriber (a cluster with sharded pub/sub; see `shard_subscriber.rs`).
     sharded: std::sync::OnceLock<ShardSubscriber>,
+    /// On a cluster, the subscriber that places classic channels on their slot's master, where
+    /// dlock's scripts publish (see `shard_subscriber.rs`); every classic channel goes there.
+    near: std::sync::OnceLock<ShardSubscriber>,
 }
 
 /// Wakes waiters from a store's own events (see [`Waiters::start_local`]).
@@ -166,7 +172,7 @@ pub(crate) struct Subscription {
     commands: mpsc::UnboundedSender<Command>,
     channel: String,
     state: Arc<ChannelState>,
-    /// Set for a shard channel: its unsubscribe goes there.
+    /// Set for a channel placed by slot: its unsubscribe goes there.
     sharded: Option<ShardSubscriber>,
 }
 
@@ -233,6 +239,7 @@ impl Waiters {
             commands: tx,
             ack_timeout,
             sharded: std::sync::OnceLock::new(),
+            near: std::sync::OnceLock::new(),
         })
     }
 
@@ -309,6 +316,7 @@ impl Waiters {
             commands: tx,
             ack_timeout: settings.ack_timeout,
             sharded: std::sync::OnceLock::new(),
+            near: std::sync::OnceLock::new(),
         })
     }
 
@@ -344,6 +352,7 @@ impl Waiters {
             commands: tx,
             ack_timeout: Duration::from_secs(1),
             sharded: std::sync::OnceLock::new(),
+            near: std::sync::OnceLock::new(),
         }
     }
 
@@ -366,7 +375,11 @@ impl Waiters {
     /// Registers interest in `channel` and, while the subscriber is connected, waits until Redis
     /// confirmed the subscription, but never longer than the ack timeout. Never fails: the
     /// caller learns from [`Subscription::confirmed`] whether it may count on a release message.
+    /// On a cluster the channel is subscribed on its slot's master ([`Waiters::start_placed`]).
     pub(crate) async fn subscribe(&self, channel: &str) -> Subscription {
+        if let Some(near) = self.near.get() {
+            return self.subscribe_placed(near, channel).await;
+        }
         let (ack_tx, ack_rx) = oneshot::channel();
         let sub = self.register(channel, ack_tx);
         // While disconnected no acknowledgement is coming soon; the reconnect re-subscribes the
@@ -383,27 +396,40 @@ impl Waiters {
         sub
     }
 
-    /// Starts the subscriber of shard channels (a cluster with sharded pub/sub): its messages
-    /// wake waiters like classic ones, and channels it had to move wake every waiter.
-    pub(crate) fn start_sharded(&self, source: ShardSource, rt: &tokio::runtime::Handle) {
+    /// Starts a subscriber that places channels by slot on a cluster (see
+    /// `shard_subscriber.rs`): for shard channels (`source.kind` `Shard`, a cluster with sharded
+    /// pub/sub) or for every classic channel (`Classic`). Its messages wake waiters like classic
+    /// ones, and channels it had to move wake every waiter.
+    pub(crate) fn start_placed(&self, source: ShardSource, rt: &tokio::runtime::Handle) {
         let (to, wake) = (self.shared.clone(), self.shared.clone());
+        let kind = source.kind;
         let hooks = ShardHooks {
             dispatch: Box::new(move |channel, message| to.dispatch(channel, message)),
             resubscribed: Box::new(move || wake.wake_all()),
             ack_timeout: self.ack_timeout,
         };
-        let _ = self.sharded.set(ShardSubscriber::start(source, hooks, rt));
+        let placer = ShardSubscriber::start(source, hooks, rt);
+        let _ = match kind {
+            ChannelKind::Shard => self.sharded.set(placer),
+            ChannelKind::Classic => self.near.set(placer),
+        };
     }
 
     /// [`Waiters::subscribe`] for a shard channel (SSUBSCRIBE on the cluster node serving its
     /// slot, see `shard_subscriber.rs`); a classic subscription where there is no shard
     /// subscriber.
     pub(crate) async fn subscribe_sharded(&self, channel: &str) -> Subscription {
-        let Some(shards) = self.sharded.get() else {
-            return self.subscribe(channel).await;
-        };
+        match self.sharded.get() {
+            Some(shards) => self.subscribe_placed(shards, channel).await,
+            None => self.subscribe(channel).await,
+        }
+    }
+
+    /// Subscribes `channel` through `placer` and waits (at most the ack timeout) for the node
+    /// serving its slot to confirm it.
+    async fn subscribe_placed(&self, placer: &ShardSubscriber, channel: &str) -> Subscription {
         let (ack_tx, ack_rx) = oneshot::channel();
-        let mut sub = {
+        let sub = {
             let mut map = self.shared.channels();
             let ch = map.entry(channel.to_owned()).or_insert_with(|| Channel {
                 refs: 0,
@@ -412,18 +438,20 @@ impl Waiters {
                     messages: Default::default(),
                     confirmed_on: AtomicU64::new(0),
                 }),
+                placed: true,
             });
             ch.refs += 1;
-            shards.subscribe(channel, ack_tx);
+            // Under the map lock, like `register`: subscribe and unsubscribe reach the task in
+            // the order of the reference-count changes.
+            placer.subscribe(channel, ack_tx);
             Subscription {
                 shared: self.shared.clone(),
                 commands: self.commands.clone(),
                 channel: channel.to_owned(),
                 state: ch.state.clone(),
-                sharded: None,
+                sharded: Some(placer.clone()),
             }
         };
-        sub.sharded = Some(shards.clone());
         if let Ok(Ok(true)) = tokio::time::timeout(self.ack_timeout, ack_rx).await {
             // Confirmed by the node serving the slot; read like a classic confirmation.
             let epoch = self.shared.epoch.load(Ordering::Acquire);
@@ -441,6 +469,7 @@ impl Waiters {
                 messages: Default::default(),
                 confirmed_on: AtomicU64::new(0),
             }),
+            placed: false,
         });
         ch.refs += 1;
         // Sent under the map lock so subscribe/unsubscribe reach the task in the order of the
@@ -718,12 +747,24 @@ impl Subscriber {
                 Err(_) => break,
             }
         }
-        let live: Vec<(String, Arc<ChannelState>)> = self
-            .shared
-            .channels()
-            .iter()
-            .map(|(name, ch)| (name.clone(), ch.state.clone()))
-            .collect();
+        let live: Vec<(String, Arc<ChannelState>)> = {
+            let channels = self.shared.channels();
+            for ch in channels.values().filter(|ch| ch.placed) {
+                // Confirmed on its own node, which this connection does not change.
+                let state = &ch.state;
+                let _ = state.confirmed_on.compare_exchange(
+                    epoch - 1,
+                    epoch,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+            }
+            channels
+                .iter()
+                .filter(|(_, ch)| !ch.placed)
+                .map(|(name, ch)| (name.clone(), ch.state.clone()))
+                .collect()
+        };
         let reply = if live.is_empty() {
             Reply::Ok
         } else {

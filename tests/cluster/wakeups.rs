@@ -1,0 +1,188 @@
+//! Where a cluster waiter listens: on the master of its key, the node whose script publishes
+//! the release, so the message never crosses the cluster bus (which delays 1-2 % of messages
+//! by 30-43 ms: `perf/cluster-bus/publish_latency.py`). And what happens when that
+//! subscription's connection is killed.
+
+use std::time::{Duration, Instant};
+
+use dlock::redis::Value;
+use dlock::testing::RedisCluster;
+use dlock::LockClient;
+
+use crate::{bounded, cluster_client, names_on_master, node_conn, own_cluster, shared_cluster};
+
+/// Subscribers of `channel` on every node of the cluster, by port (classic subscriptions are
+/// node-local, so `PUBSUB NUMSUB` on one node counts only its own).
+async fn subscribers_by_node(cluster: &RedisCluster, channel: &str) -> Vec<(u16, i64)> {
+    let mut counts = Vec::new();
+    for node in cluster.nodes().expect("cluster nodes") {
+        let mut conn = node_conn(&node.url).await;
+        let reply: Vec<Value> = dlock::redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(&mut conn)
+            .await
+            .expect("PUBSUB NUMSUB");
+        let n = match reply.get(1) {
+            Some(Value::Int(n)) => *n,
+            other => panic!("PUBSUB NUMSUB answered {other:?}"),
+        };
+        counts.push((node.port, n));
+    }
+    counts.sort_unstable();
+    counts
+}
+
+/// Waits (at most 10 s) until some node has a subscriber on `channel`; its counts by node.
+async fn until_subscribed(cluster: &RedisCluster, channel: &str) -> Vec<(u16, i64)> {
+    let started = Instant::now();
+    loop {
+        let counts = subscribers_by_node(cluster, channel).await;
+        if counts.iter().any(|(_, n)| *n > 0) {
+            return counts;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "nobody subscribed to {channel} within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Ids of the connections on a node that hold classic subscriptions (`CLIENT LIST`'s `sub=`).
+async fn subscriber_ids(conn: &mut dlock::redis::aio::MultiplexedConnection) -> Vec<u64> {
+    let list: String = dlock::redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(conn)
+        .await
+        .expect("CLIENT LIST");
+    list.lines()
+        .filter(|l| l.split(' ').any(|f| f.starts_with("sub=") && f != "sub=0"))
+        .filter_map(|l| {
+            l.split(' ')
+                .find_map(|f| f.strip_prefix("id=")?.parse().ok())
+        })
+        .collect()
+}
+
+/// A waiter of lock `name` (held by `holder` for 20 s), started; its guard and how long after
+/// `released` it held, once awaited.
+fn wait_for(
+    waiter: &LockClient,
+    name: &str,
+) -> tokio::task::JoinHandle<Result<(dlock::LockGuard, Instant), dlock::LockError>> {
+    let w = waiter.lock(name).wait(Duration::from_secs(30));
+    tokio::spawn(async move { w.acquire().await.map(|g| (g, Instant::now())) })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_listens_on_the_master_that_publishes_its_release() {
+    let cluster = shared_cluster();
+    let holder = cluster_client(cluster).await;
+    let waiter = cluster_client(cluster).await;
+    let masters = cluster.masters().expect("cluster masters");
+    assert_eq!(masters.len(), 3);
+    // One lock per master: whichever node the client's other connections went to, two of the
+    // three keys live elsewhere.
+    for master in &masters {
+        let name = &names_on_master(cluster, &holder, "near:wake", master.port, 1)[0];
+        let channel = holder.lock(name.as_str()).channel().to_owned();
+        let lock = holder.lock(name.as_str()).ttl(Duration::from_secs(20));
+        let g = lock.acquire().await.unwrap();
+        let waiting = wait_for(&waiter, name);
+        let counts = until_subscribed(cluster, &channel).await;
+        let elsewhere: Vec<_> = counts.iter().filter(|(p, _)| *p != master.port).collect();
+        println!(
+            "{name} on 127.0.0.1:{}: subscribers by node {counts:?}",
+            master.port
+        );
+        assert!(
+            counts.contains(&(master.port, 1)) && elsewhere.iter().all(|(_, n)| *n == 0),
+            "the waiter of {name} must listen on its master 127.0.0.1:{} alone: {counts:?}",
+            master.port
+        );
+        let released = Instant::now();
+        g.release().await.unwrap();
+        let (g2, held_at) = bounded(Duration::from_secs(30), "the waiter", waiting)
+            .await
+            .unwrap()
+            .expect("the waiter acquires");
+        let after = held_at - released;
+        println!("  held {after:?} after the release");
+        assert!(
+            after < Duration::from_secs(5),
+            "woken by the holder's TTL, not the release: {after:?}"
+        );
+        g2.release().await.unwrap();
+    }
+}
+
+/// The connection carrying a waiter's subscription is killed on the master: it is placed again
+/// there, and the release still wakes the waiter (not the holder's 20 s lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_subscriber_connection_is_placed_again_and_its_waiter_still_woken() {
+    let (cluster, _turn) = own_cluster().await;
+    let holder = cluster_client(&cluster).await;
+    let waiter = cluster_client(&cluster).await;
+    let master = cluster.masters().expect("cluster masters")[1].clone();
+    let name = &names_on_master(&cluster, &holder, "near:kill", master.port, 1)[0];
+    let channel = holder.lock(name.as_str()).channel().to_owned();
+    let lock = holder.lock(name.as_str()).ttl(Duration::from_secs(20));
+    let g = lock.acquire().await.unwrap();
+    let waiting = wait_for(&waiter, name);
+    let counts = until_subscribed(&cluster, &channel).await;
+    assert!(counts.contains(&(master.port, 1)), "{counts:?}");
+
+    // Kill the connection on the master that holds the waiter's classic subscription.
+    let mut conn = node_conn(&master.url).await;
+    let subscribed = subscriber_ids(&mut conn).await;
+    assert_eq!(subscribed.len(), 1, "one subscriber connection expected");
+    let killed: i64 = dlock::redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(subscribed[0])
+        .query_async(&mut conn)
+        .await
+        .expect("CLIENT KILL");
+    assert_eq!(killed, 1);
+    let killed_at = Instant::now();
+    // Placed again on the same master, on a new connection, within a few checks (one a second).
+    loop {
+        let now = subscriber_ids(&mut conn).await;
+        if !now.is_empty() && !now.contains(&subscribed[0]) {
+            assert_eq!(now.len(), 1, "one subscriber connection expected");
+            break;
+        }
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(10),
+            "not subscribed again on 127.0.0.1:{} within 10 s",
+            master.port
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let again = subscribers_by_node(&cluster, &channel).await;
+    println!(
+        "subscribed again {:?} after the kill: {again:?}",
+        killed_at.elapsed()
+    );
+    assert!(again.contains(&(master.port, 1)), "{again:?}");
+    assert!(
+        !waiting.is_finished(),
+        "the waiter must still be waiting: the lock is held"
+    );
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let (g2, held_at) = bounded(Duration::from_secs(30), "the waiter", waiting)
+        .await
+        .unwrap()
+        .expect("the waiter acquires");
+    let after = held_at - released;
+    println!("held {after:?} after the release");
+    assert!(
+        after < Duration::from_secs(5),
+        "woken by the holder's TTL, not the release: {after:?}"
+    );
+    g2.release().await.unwrap();
+}
