@@ -146,15 +146,22 @@
 //! * **Redis Cluster**: [`LockClient::cluster_builder`] with seed node URLs. Every key of a lock
 //!   shares one hash tag, so every script runs on one node. The watchdog renews with one call
 //!   per node per tick (Redis 7's `allow-cross-slot-keys` script flag; it falls back to one
-//!   call per slot on older servers or while slots move). Waiters use *classic* pub/sub on one
-//!   node, moving to the next seed when they lose it: classic PUBLISH reaches every node of the
-//!   cluster (measured: 50 of 50 messages published on another node's channel arrived, median
-//!   0.4 ms), and a subscription kept working through `CLUSTER FAILOVER` of its node (71 of 71
-//!   messages). Sharded pub/sub (SSUBSCRIBE) is node-local and cheaper on the cluster bus, but
-//!   with redis-rs 1.8 a sharded subscription was lost for good after a failover (the server
-//!   sends SUNSUBSCRIBE and nothing resubscribes), so waiters would hang until the holder's
-//!   PTTL. Classic PUBLISH costs cluster-bus traffic proportional to the node count; dlock
-//!   publishes once per release, and only when the lock was freed.
+//!   call per slot on older servers or while slots move). Waiters use *classic* pub/sub,
+//!   subscribed on the master that serves the lock's slot: the release script PUBLISHes there,
+//!   so the message reaches the waiter without crossing the cluster bus, which delays 1-2 % of
+//!   messages by 30-43 ms (see "How cost grows" below). The client keeps one pub/sub connection
+//!   per master that has waiters, PINGs each every second, and moves a channel when its slot
+//!   moves (a failover, resharding) or its connection drops; then it wakes every waiter once,
+//!   since a release may have been missed meanwhile. A subscription on another node still hears
+//!   every message, later: classic PUBLISH reaches every node of the cluster (measured: 50 of 50
+//!   messages published on another node's channel arrived), so placement only ever costs
+//!   latency. A dlock release stays a classic `PUBLISH`, which every dlock version and every
+//!   node hears: sharded pub/sub (SPUBLISH) would cut the bus traffic too, but a waiter of an
+//!   older dlock, listening classically, would no longer hear a newer one's releases during a
+//!   rolling deploy and would sleep to the holder's PTTL. Classic PUBLISH costs cluster-bus
+//!   traffic proportional to the node count; dlock publishes once per release, and only when
+//!   the lock was freed. One more pub/sub connection, to one seed node, carries no channels;
+//!   when it is lost the watchdog renews every hold at once, as on one server.
 //!
 //!   An orphan's undo (a cancelled acquire) goes to the same node over the same socket, so it
 //!   runs after the acquire, except when a redirect (MOVED/ASK during a failover or resharding)

@@ -503,7 +503,8 @@ async fn renew_call(
 /// Extends the validity of the holds one call renewed as soon as its answer is in, from when
 /// the call was sent: the tick's other calls may still be on their way, and a hold close to
 /// its deadline cannot wait for them (it would read lost meanwhile, and a lost hold stays
-/// lost). `apply` records the rest of the outcome once the whole tick is in.
+/// lost). This is the only place a renewal extends validity; `apply` records the rest of the
+/// outcome once the whole tick is in.
 fn confirm_renewed(holds: &[Arc<Hold>], out: &[Option<bool>], sent_at: Instant) {
     for (hold, renewed) in holds.iter().zip(out) {
         if *renewed == Some(true) {
@@ -786,9 +787,9 @@ fn apply(
         };
         match result {
             Some(true) => {
-                // Valid from the send, not the reply: Redis may have set the new expiry the
-                // instant the request arrived.
-                hold.confirm(sent_at);
+                // Its validity was extended when its call's answer arrived
+                // (`confirm_renewed`, from that call's own send time, never before `sent_at`);
+                // only the next renewal is left to plan.
                 e.due = if again { now } else { sent_at + hold.lease / 3 };
             }
             Some(false) => {

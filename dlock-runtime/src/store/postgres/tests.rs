@@ -213,6 +213,54 @@ async fn renew_reports_each_claim() {
     assert_eq!(link.renew(&Plain, &[]).await.unwrap(), Vec::<i64>::new());
 }
 
+/// One renew call over both tables (a plain hold's row in `plain_locks`, a semaphore's in
+/// `holds`), with a hold named twice and one that is not held: each answered in its place, and
+/// every live lease moved out to the lease asked for.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_renewal_answers_every_hold_in_order_whatever_its_table() {
+    if !available("one_renewal_answers_every_hold_in_order_whatever_its_table") {
+        return;
+    }
+    let store = store("renew_mixed").await;
+    let short = Duration::from_secs(2);
+    let long = Duration::from_secs(60);
+    let kind = Semaphore { permits: 2 };
+    let plain = claim(&Plain, "mixed:p", "p:owner", short);
+    let permit = claim(&kind, "mixed:s", "s:owner", short);
+    let link = store.any_link();
+    assert_eq!(
+        link.acquire(&Plain, &plain, None, short).await.unwrap().0,
+        1
+    );
+    assert_eq!(
+        link.acquire(&kind, &permit, None, short).await.unwrap().0,
+        1
+    );
+    let nobody = claim(&Plain, "mixed:free", "n:owner", long);
+    let (plain_long, permit_long) = (
+        Claim {
+            lease: long,
+            ..plain.clone()
+        },
+        Claim {
+            lease: long,
+            ..permit.clone()
+        },
+    );
+    let asked = [&plain_long, &nobody, &plain_long, &permit_long];
+    assert_eq!(link.renew(&Plain, &asked).await.unwrap(), vec![1, 0, 1, 1]);
+    for (k, key) in [
+        (&Plain as &dyn LockKind, &plain.keys.key),
+        (&kind, &permit.keys.key),
+    ] {
+        let pttl = link.pttl(k, key).await.unwrap();
+        assert!(
+            pttl > short.as_millis() as i64 && pttl <= long.as_millis() as i64,
+            "{key}: pttl {pttl} ms after a renewal to {long:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_expired_lease_lets_another_owner_in() {
     if !available("an_expired_lease_lets_another_owner_in") {
