@@ -473,10 +473,12 @@ async fn many_waiters(setup: &Setup) {
     }
     let all_held = start.elapsed();
     let expected = match setup.cluster {
-        // One cluster connection holds a socket to each master.
+        // One cluster connection holds a socket to each master; waiters listen on the master
+        // of their key, one pub/sub connection per master, beside the one that watches a node.
         Some(_) => format!(
-            "summed over the masters: pool 1 cluster connection = {} sockets, + subscriber 1",
-            setup.nodes.len()
+            "summed over the masters: pool 1 cluster connection = {n} sockets, + subscriber 1, \
+             + 1 per master with waiters = {n}",
+            n = setup.nodes.len()
         ),
         // On a multi-thread runtime the client's own thread drives one more (see
         // `LockClientBuilder::connections`).

@@ -186,3 +186,63 @@ async fn a_killed_subscriber_connection_is_placed_again_and_its_waiter_still_wok
     );
     g2.release().await.unwrap();
 }
+
+/// 120 waiters on 60 keys over every master subscribe at once (their subscribes go to the
+/// nodes in bursts, one SUBSCRIBE per node): each channel ends up on its own master, and
+/// every waiter is woken by the releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_waiters_is_placed_on_their_masters() {
+    const KEYS: usize = 60;
+    let cluster = shared_cluster();
+    let holder = cluster_client(cluster).await;
+    let waiter = cluster_client(cluster).await;
+    let names: Vec<String> = (0..KEYS).map(|i| format!("near:burst:{i}")).collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        let lock = holder.lock(name.as_str()).ttl(Duration::from_secs(20));
+        guards.push(lock.acquire().await.unwrap());
+    }
+    // Each waiter lets go as soon as it holds: two waiters of one key queue in their client,
+    // and either may be first.
+    let waiting: Vec<_> = names
+        .iter()
+        .chain(names.iter())
+        .map(|name| {
+            let w = waiter.lock(name.as_str()).wait(Duration::from_secs(30));
+            tokio::spawn(async move { w.acquire().await?.release().await })
+        })
+        .collect();
+    // Every channel subscribed on its master, and on no other node.
+    let started = Instant::now();
+    for name in &names {
+        let channel = holder.lock(name.as_str()).channel().to_owned();
+        let master = cluster
+            .master_for_key(holder.lock(name.as_str()).key())
+            .expect("master of the key")
+            .port;
+        let counts = until_subscribed(cluster, &channel).await;
+        assert!(
+            counts
+                .iter()
+                .all(|(port, n)| (*port == master) == (*n == 1) && *n <= 1),
+            "{name} must be subscribed once, on 127.0.0.1:{master}: {counts:?}"
+        );
+    }
+    println!("{KEYS} channels placed within {:?}", started.elapsed());
+    let released = Instant::now();
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    for w in waiting {
+        bounded(Duration::from_secs(30), "a waiter", w)
+            .await
+            .unwrap()
+            .expect("every waiter acquires and releases");
+    }
+    let all = released.elapsed();
+    println!("all {} waiters held and released within {all:?}", 2 * KEYS);
+    assert!(
+        all < Duration::from_secs(15),
+        "the waiters were woken by the holders' 20 s leases, not the releases: {all:?}"
+    );
+}

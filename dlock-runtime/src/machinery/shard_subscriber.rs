@@ -33,7 +33,7 @@
 //! acknowledged as unconfirmed, and its waiters fall back to PTTL-bounded sleeps until the next
 //! check places it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -61,22 +61,6 @@ pub(crate) enum ChannelKind {
     Shard,
     /// SUBSCRIBE on the node serving the channel's slot: classic channels, heard there first.
     Classic,
-}
-
-impl ChannelKind {
-    fn subscribe(self) -> &'static str {
-        match self {
-            ChannelKind::Shard => "SSUBSCRIBE",
-            ChannelKind::Classic => "SUBSCRIBE",
-        }
-    }
-
-    fn unsubscribe(self) -> &'static str {
-        match self {
-            ChannelKind::Shard => "SUNSUBSCRIBE",
-            ChannelKind::Classic => "UNSUBSCRIBE",
-        }
-    }
 }
 
 /// Where and how the shard subscriber connects.
@@ -141,6 +125,10 @@ pub(crate) fn source(
 /// How often the slot map is read while channels are subscribed: a failover moves a channel's
 /// slot, and its waiters hear nothing until it is subscribed on the new master.
 const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Most subscribes sent in one burst: a SUBSCRIBE of a few thousand channels is still one
+/// short round trip, and the rest wait for the next.
+const BURST: usize = 1024;
 
 /// Whether the deployment has sharded pub/sub: Redisson's test (`PUBSUB SHARDNUMSUB` succeeds).
 pub(crate) async fn supported(pool: &Pool) -> bool {
@@ -234,11 +222,12 @@ impl Task {
             tokio::select! {
                 cmd = self.commands.recv() => match cmd {
                     None => return,
-                    Some(Command::Subscribe(channel, ack)) => {
-                        let placed = self.place(&channel, false).await;
-                        let _ = ack.send(placed);
+                    Some(first) => {
+                        let mut next = Some(first);
+                        while let Some(cmd) = next {
+                            next = self.apply(cmd).await;
+                        }
                     }
-                    Some(Command::Unsubscribe(channel)) => self.unsubscribe(&channel).await,
                 },
                 Some((node, serial, push)) = self.events.recv() => {
                     check = self.on_push(node, serial, push);
@@ -331,18 +320,14 @@ impl Task {
             }
             return;
         }
-        for channel in &misplaced {
-            if self.place(channel, true).await {
-                // Woken once a channel is live again and the map has held still for one check
-                // (see above): a retry while the slot's master is still down or just being
-                // replaced (a master killed, its replica promoted) fails instead of waiting.
-                self.wake_pending = true;
-            }
+        let count = misplaced.len();
+        if !self.place_all(misplaced).await.is_empty() {
+            // Woken once a channel is live again and the map has held still for one check
+            // (see above): a retry while the slot's master is still down or just being
+            // replaced (a master killed, its replica promoted) fails instead of waiting.
+            self.wake_pending = true;
         }
-        tracing::debug!(
-            channels = misplaced.len(),
-            "dlock: shard subscriptions moved"
-        );
+        tracing::debug!(channels = count, kind = ?self.source.kind, "dlock: subscriptions moved");
     }
 
     /// PINGs every node that has channels; one that does not answer within the ack timeout is
@@ -366,6 +351,73 @@ impl Task {
         }
     }
 
+    /// Subscribes `channels` where their slots live, with one SUBSCRIBE per node (SSUBSCRIBE per
+    /// slot: a shard subscribe may not span slots); the set of those confirmed. A group its node
+    /// refused (a stale map: MOVED) is placed one channel at a time, re-reading the map. A group
+    /// whose node cannot be reached is left unplaced for the next check, at once: trying each
+    /// of its channels would wait out the connect timeout once per channel, while this task
+    /// also delivers every other node's messages.
+    async fn place_all(&mut self, channels: Vec<String>) -> HashSet<String> {
+        let mut placed = HashSet::new();
+        if let [channel] = channels.as_slice() {
+            if self.place(channel, false).await {
+                placed.insert(channel.clone());
+            }
+            return placed;
+        }
+        if self.ranges.is_empty() {
+            self.refresh().await;
+        }
+        let kind = self.source.kind;
+        let mut groups: HashMap<(Node, u16), Vec<String>> = HashMap::new();
+        let mut one_by_one = Vec::new();
+        for channel in channels {
+            match self.owner(&channel).cloned() {
+                Some(node) => {
+                    let slot = match kind {
+                        ChannelKind::Shard => cluster_slot(&channel),
+                        ChannelKind::Classic => 0,
+                    };
+                    groups.entry((node, slot)).or_default().push(channel);
+                }
+                None => one_by_one.push(channel),
+            }
+        }
+        let ack_timeout = self.hooks.ack_timeout;
+        for ((node, _), group) in groups {
+            let Some(conn) = self.connect(&node).await else {
+                for channel in group {
+                    self.channels.insert(channel, None);
+                }
+                continue;
+            };
+            match send(conn, kind, Subscribing::Subscribe, &group, ack_timeout).await {
+                Ok(Ok(())) => {
+                    for channel in group {
+                        self.channels.insert(channel.clone(), Some(node.clone()));
+                        placed.insert(channel);
+                    }
+                }
+                Ok(Err(e)) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                    tracing::debug!(channels = group.len(), error = %e, ?kind, "dlock: subscribe refused");
+                    one_by_one.extend(group);
+                }
+                _ => {
+                    self.conns.remove(&node);
+                    for channel in group {
+                        self.channels.insert(channel, None);
+                    }
+                }
+            }
+        }
+        for channel in one_by_one {
+            if self.place(&channel, true).await {
+                placed.insert(channel);
+            }
+        }
+        placed
+    }
+
     /// Subscribes `channel` on its slot's master (reading the slot map first if `fresh` is
     /// false and none is known, or if the node answers MOVED). True when confirmed.
     async fn place(&mut self, channel: &str, fresh: bool) -> bool {
@@ -383,11 +435,9 @@ impl Task {
             let Some(conn) = self.connect(&node).await else {
                 continue;
             };
-            let mut cmd = redis::cmd(kind.subscribe());
-            cmd.arg(channel);
-            let reply = tokio::time::timeout(ack_timeout, cmd.query_async::<Value>(conn)).await;
-            match reply {
-                Ok(Ok(_)) => {
+            let one = [channel.to_owned()];
+            match send(conn, kind, Subscribing::Subscribe, &one, ack_timeout).await {
+                Ok(Ok(())) => {
                     self.channels.insert(channel.to_owned(), Some(node));
                     return true;
                 }
@@ -404,16 +454,75 @@ impl Task {
         false
     }
 
-    async fn unsubscribe(&mut self, channel: &str) {
-        let Some(Some(node)) = self.channels.remove(channel) else {
-            return;
-        };
-        if let Some((_, conn)) = self.conns.get_mut(&node) {
-            let mut cmd = redis::cmd(self.source.kind.unsubscribe());
-            cmd.arg(channel);
-            let reply =
-                tokio::time::timeout(self.hooks.ack_timeout, cmd.query_async::<Value>(conn)).await;
-            if !matches!(reply, Ok(Ok(_))) {
+    /// Applies `first` and the commands of its type queued right behind it, as one burst: a
+    /// burst of new waiters, or of waiters done, costs a round trip per node rather than one
+    /// per channel, and this task delivers no message while it waits for one. The first
+    /// command of the other type is handed back, to be applied next (in order).
+    async fn apply(&mut self, first: Command) -> Option<Command> {
+        let mut after = None;
+        match first {
+            Command::Subscribe(channel, ack) => {
+                let mut burst = vec![(channel, ack)];
+                while burst.len() < BURST {
+                    match self.commands.try_recv() {
+                        Ok(Command::Subscribe(channel, ack)) => burst.push((channel, ack)),
+                        Ok(other) => {
+                            after = Some(other);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let names = burst.iter().map(|(channel, _)| channel.clone()).collect();
+                let placed = self.place_all(names).await;
+                for (channel, ack) in burst {
+                    let _ = ack.send(placed.contains(&channel));
+                }
+            }
+            Command::Unsubscribe(channel) => {
+                let mut burst = vec![channel];
+                while burst.len() < BURST {
+                    match self.commands.try_recv() {
+                        Ok(Command::Unsubscribe(channel)) => burst.push(channel),
+                        Ok(other) => {
+                            after = Some(other);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                self.unsubscribe_all(burst).await;
+            }
+        }
+        after
+    }
+
+    /// Unsubscribes `channels` where they are placed: one command per node (per slot for shard
+    /// channels, like SSUBSCRIBE).
+    async fn unsubscribe_all(&mut self, channels: Vec<String>) {
+        let kind = self.source.kind;
+        let mut groups: HashMap<(Node, u16), Vec<String>> = HashMap::new();
+        for channel in channels {
+            if let Some(Some(node)) = self.channels.remove(&channel) {
+                let slot = match kind {
+                    ChannelKind::Shard => cluster_slot(&channel),
+                    ChannelKind::Classic => 0,
+                };
+                groups.entry((node, slot)).or_default().push(channel);
+            }
+        }
+        for ((node, _), group) in groups {
+            let Some((_, conn)) = self.conns.get_mut(&node) else {
+                continue;
+            };
+            let reply = send(
+                conn,
+                kind,
+                Subscribing::Unsubscribe,
+                &group,
+                self.hooks.ack_timeout,
+            );
+            if !matches!(reply.await, Ok(Ok(()))) {
                 // A connection that cannot answer is replaced when next needed.
                 self.conns.remove(&node);
                 self.unplace(|on| on == &node);
@@ -500,4 +609,46 @@ impl Task {
         });
         Some(conn)
     }
+}
+
+#[derive(Clone, Copy)]
+enum Subscribing {
+    Subscribe,
+    Unsubscribe,
+}
+
+/// (Un)subscribes `channels` on `conn`, within `timeout` (`Err` when it ran out). Classic
+/// channels go in one command through redis-rs's own `subscribe` / `unsubscribe`, which wait
+/// for the server's confirmation of every channel: a raw command would take the first
+/// confirmation as its reply and leave the others to be read as the replies of the requests
+/// after it (redis-rs#2423), so a later subscribe could read as confirmed before the server
+/// had it. redis-rs's connection has no such call for shard channels, so those go one command
+/// per channel, each confirmed once.
+async fn send(
+    conn: &mut redis::aio::MultiplexedConnection,
+    kind: ChannelKind,
+    what: Subscribing,
+    channels: &[String],
+    timeout: Duration,
+) -> Result<redis::RedisResult<()>, tokio::time::error::Elapsed> {
+    tokio::time::timeout(timeout, async {
+        match (kind, what) {
+            (ChannelKind::Classic, Subscribing::Subscribe) => conn.subscribe(channels).await,
+            (ChannelKind::Classic, Subscribing::Unsubscribe) => conn.unsubscribe(channels).await,
+            (ChannelKind::Shard, _) => {
+                let name = match what {
+                    Subscribing::Subscribe => "SSUBSCRIBE",
+                    Subscribing::Unsubscribe => "SUNSUBSCRIBE",
+                };
+                for channel in channels {
+                    redis::cmd(name)
+                        .arg(channel)
+                        .query_async::<Value>(&mut *conn)
+                        .await?;
+                }
+                Ok(())
+            }
+        }
+    })
+    .await
 }
