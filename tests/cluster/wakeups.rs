@@ -246,3 +246,63 @@ async fn a_burst_of_waiters_is_placed_on_their_masters() {
         "the waiters were woken by the holders' 20 s leases, not the releases: {all:?}"
     );
 }
+
+/// CLUSTER FAILOVER of the key's master while a waiter waits: its channel moves to the promoted
+/// master and leaves the old one (which, as a replica, still hears every PUBLISH over the bus
+/// and would wake the waiter a second time), and the release wakes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failover_a_waiter_listens_on_the_new_master_alone() {
+    let (mut cluster, _turn) = own_cluster().await;
+    let holder = cluster_client(&cluster).await;
+    let waiter = cluster_client(&cluster).await;
+    let old = cluster.masters().expect("cluster masters")[1].clone();
+    let name = &names_on_master(&cluster, &holder, "near:failover", old.port, 1)[0];
+    let channel = holder.lock(name.as_str()).channel().to_owned();
+    let lock = holder.lock(name.as_str()).ttl(Duration::from_secs(20));
+    let g = lock.acquire().await.unwrap();
+    let waiting = wait_for(&waiter, name);
+    let counts = until_subscribed(&cluster, &channel).await;
+    assert!(counts.contains(&(old.port, 1)), "{counts:?}");
+
+    let promoted = tokio::task::block_in_place(|| cluster.failover(1)).expect("failover");
+    assert_ne!(promoted.port, old.port);
+    let moved_at = Instant::now();
+    let counts = loop {
+        let counts = subscribers_by_node(&cluster, &channel).await;
+        let on = |port| counts.iter().find(|(p, _)| *p == port).map(|(_, n)| *n);
+        if on(promoted.port) == Some(1) && on(old.port) == Some(0) {
+            break counts;
+        }
+        assert!(
+            moved_at.elapsed() < Duration::from_secs(10),
+            "the channel must move from 127.0.0.1:{} to 127.0.0.1:{} within 10 s: {counts:?}",
+            old.port,
+            promoted.port
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    println!(
+        "moved {:?} after the failover: {counts:?}",
+        moved_at.elapsed()
+    );
+    assert_eq!(
+        counts.iter().map(|(_, n)| n).sum::<i64>(),
+        1,
+        "subscribed on one node: {counts:?}"
+    );
+    let released = Instant::now();
+    bounded(Duration::from_secs(30), "release", g.release())
+        .await
+        .unwrap();
+    let (g2, held_at) = bounded(Duration::from_secs(30), "the waiter", waiting)
+        .await
+        .unwrap()
+        .expect("the waiter acquires");
+    let after = held_at - released;
+    println!("held {after:?} after the release");
+    assert!(
+        after < Duration::from_secs(5),
+        "woken by the holder's TTL, not the release: {after:?}"
+    );
+    g2.release().await.unwrap();
+}

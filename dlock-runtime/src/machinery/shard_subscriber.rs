@@ -321,6 +321,20 @@ impl Task {
             return;
         }
         let count = misplaced.len();
+        // A classic channel still subscribed on the slot's old master hears every message there
+        // too (over the bus), and would wake its waiter twice: it leaves first. (A shard
+        // channel's old node dropped it itself.)
+        let stale: Vec<String> = match self.source.kind {
+            ChannelKind::Classic => misplaced
+                .iter()
+                .filter(|ch| matches!(self.channels.get(*ch), Some(Some(_))))
+                .cloned()
+                .collect(),
+            ChannelKind::Shard => Vec::new(),
+        };
+        if !stale.is_empty() {
+            self.unsubscribe_all(stale).await;
+        }
         if !self.place_all(misplaced).await.is_empty() {
             // Woken once a channel is live again and the map has held still for one check
             // (see above): a retry while the slot's master is still down or just being
@@ -410,48 +424,70 @@ impl Task {
                 }
             }
         }
-        for channel in one_by_one {
-            if self.place(&channel, true).await {
-                placed.insert(channel);
+        // Refused (a stale map) or unknown: the map read once more for all of them, and each
+        // tried once; what is still refused waits for the next check.
+        if !one_by_one.is_empty() && self.refresh().await {
+            for channel in one_by_one {
+                if self.place_once(&channel).await {
+                    placed.insert(channel);
+                }
+            }
+        } else {
+            for channel in one_by_one {
+                self.channels.insert(channel, None);
             }
         }
         placed
     }
 
     /// Subscribes `channel` on its slot's master (reading the slot map first if `fresh` is
-    /// false and none is known, or if the node answers MOVED). True when confirmed.
+    /// false and none is known, and again if the node refuses: MOVED). True when confirmed.
     async fn place(&mut self, channel: &str, fresh: bool) -> bool {
         if self.ranges.is_empty() && !fresh {
             self.refresh().await;
         }
-        let (ack_timeout, kind) = (self.hooks.ack_timeout, self.source.kind);
         for attempt in 0..2 {
             if attempt > 0 && !self.refresh().await {
                 break;
             }
-            let Some(node) = self.owner(channel).cloned() else {
-                continue;
-            };
-            let Some(conn) = self.connect(&node).await else {
-                continue;
-            };
-            let one = [channel.to_owned()];
-            match send(conn, kind, Subscribing::Subscribe, &one, ack_timeout).await {
-                Ok(Ok(())) => {
-                    self.channels.insert(channel.to_owned(), Some(node));
-                    return true;
-                }
-                // MOVED (the map was stale) or another refusal: read the map and try again.
-                Ok(Err(e)) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
-                    tracing::debug!(channel, error = %e, ?kind, "dlock: subscribe refused");
-                }
-                _ => {
-                    self.conns.remove(&node);
-                }
+            if self.place_once(channel).await {
+                return true;
             }
         }
-        self.channels.insert(channel.to_owned(), None);
         false
+    }
+
+    /// Subscribes `channel` on its slot's master by the map as last read, once; records where
+    /// it is (`None`: nowhere). True when confirmed.
+    async fn place_once(&mut self, channel: &str) -> bool {
+        let (ack_timeout, kind) = (self.hooks.ack_timeout, self.source.kind);
+        self.channels.insert(channel.to_owned(), None);
+        let Some(node) = self.owner(channel).cloned() else {
+            return false;
+        };
+        let Some(conn) = self.connect(&node).await else {
+            return false;
+        };
+        let one = [channel.to_owned()];
+        match send(conn, kind, Subscribing::Subscribe, &one, ack_timeout).await {
+            Ok(Ok(())) => {
+                self.channels.insert(channel.to_owned(), Some(node));
+                true
+            }
+            // MOVED (the map was stale) or another refusal (an ACL rule).
+            Ok(Err(e)) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                if matches!(e.code(), Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN")) {
+                    tracing::debug!(channel, error = %e, ?kind, "dlock: subscribe redirected");
+                } else {
+                    tracing::warn!(channel, error = %e, ?kind, "dlock subscriber: Redis refused a subscribe; its waiters fall back to PTTL retries");
+                }
+                false
+            }
+            _ => {
+                self.conns.remove(&node);
+                false
+            }
+        }
     }
 
     /// Applies `first` and the commands of its type queued right behind it, as one burst: a
