@@ -313,31 +313,36 @@
 //! `cargo run --release --example scale` sweeps what grows in a service, on one Redis server
 //! and a local 3-master cluster (`--features scale/postgres -- --stores redis,cluster,postgres`
 //! adds PostgreSQL), prints a table per sweep and redraws the curves in `docs/scale/`
-//! (`held.svg`, `waiters.svg`, `processes.svg`). One run on this project's 2-core VM, shared
-//! with builds (load 4-8; figures move between runs by up to 2x, shapes do not):
+//! (`held.svg`, `waiters.svg`, `processes.svg`). The table is from one run on this project's
+//! 2-core VM, shared with builds (load 4-8; figures move between runs by up to 2x, shapes do
+//! not), with the rows that changed since measured again; the pictures are from a later run
+//! with the cluster's waiters on their masters and PostgreSQL's set-based renewal:
 //!
 //! | sweep | grows how | where it bends |
 //! |---|---|---|
-//! | N held locks in one client (1k, 10k, 100k) | flat per hold: client heap 1.16-1.22 KB, Redis 216-361 B, PostgreSQL 552-565 B; server time per renewal flat on Redis (2.7-2.9 µs), 8-16 µs on PostgreSQL; the watchdog's tick linear in the holds due in it (Redis 5 ms, 55 ms, 150 ms p50) | one client renews on the order of 100k holds per second here: at a 3 s lease (a renewal a second) 100k holds took 27 % of a Redis core and ticks of 150-880 ms; in one run on a busier machine the ticks (p99 1.2 s) fell behind and 46k of the 100k holds were lost, a defect since fixed (the watchdog cut calls that were only queued; with three busy loops beside it, 5,500 and 50,672 lost before the fix, none after, ticks of 433-520 ms p50). At the default 30 s lease the same 100k cost a tenth of that |
-//! | W tasks waiting in one client on K keys (W 10 to 10k, K 1, 10, 1k) | server connections constant (2 clients: 6 on one Redis, 8 on the cluster, 4 on PostgreSQL); client heap flat, 5.6-7.4 KB per waiter in the pictures, 4.6 KB of it the acquire future, since cut to 4.0 KB per waiter at W = 10k (the future 1.6 KB: an attempt, a subscribe and the rare paths are boxed while they run, which costs about 1,100 more client instructions per uncontended cycle, about 1 %); release to next holder p50 4-15 µs (tasks of one client hand over without the server) | the first wake across clients, p50: Redis 0.3-0.6 ms (3-6 PINGs: release script, message, acquire script) at every W and K; on PostgreSQL 2.5-6.4 ms up to K = 10, 69-165 ms at K = 1,000, where the waiting client's one command connection carries 1,000 acquires and releases in turn (more `connections` spread them) |
+//! | N held locks in one client (1k, 10k, 100k) | flat per hold: client heap 1.16-1.22 KB, Redis 216-361 B, PostgreSQL 552-565 B; server time per renewal flat on Redis (2.7-2.9 µs), 4-9 µs on PostgreSQL (7-20 µs before its renewal became one statement per table for a whole call, schema version 6; 10k holds on a 30 s lease cost the server 3.7 ms a second); the watchdog's tick linear in the holds due in it (Redis 5 ms, 55 ms, 150 ms p50) | one client renews on the order of 100k holds per second here: at a 3 s lease (a renewal a second) 100k holds took 27 % of a Redis core and ticks of 150-880 ms; in one run on a busier machine the ticks (p99 1.2 s) fell behind and 46k of the 100k holds were lost, a defect since fixed (the watchdog cut calls that were only queued; with three busy loops beside it, 5,500 and 50,672 lost before the fix, none after, ticks of 433-520 ms p50). At the default 30 s lease the same 100k cost a tenth of that |
+//! | W tasks waiting in one client on K keys (W 10 to 10k, K 1, 10, 1k) | server connections constant in W (2 clients: 6 on one Redis, 4 on PostgreSQL; on the cluster 8 idle, and one more per master where the client waits: 9 with one key, 11 with keys on every master); client heap flat, 5.6-7.4 KB per waiter in the pictures, 4.6 KB of it the acquire future, since cut to 4.0 KB per waiter at W = 10k (the future 1.6 KB: an attempt, a subscribe and the rare paths are boxed while they run, which costs about 1,100 more client instructions per uncontended cycle, about 1 %); release to next holder p50 4-15 µs (tasks of one client hand over without the server) | the first wake across clients, p50: Redis 0.3-0.6 ms (3-6 PINGs: release script, message, acquire script) at every W and K; on PostgreSQL 2.5-6.4 ms up to K = 10, 69-165 ms at K = 1,000, where the waiting client's one command connection carries 1,000 acquires and releases in turn (more `connections` spread them) |
 //! | P processes, one task each, on 1 key and on 16 (P 2 to 32) | 16 keys: throughput flat until the 2 cores are full (Redis 6.8k to 3.9k locks/s, PostgreSQL 3.1k to 1k), fair shares, server work per lock flat (Redis 12-16 commands, PostgreSQL 2.6-5.4 calls) | one key, plain lock: every release wakes every waiting process and each tries once, so the server's work per lock grows linearly with P (Redis 17 to 120 commands, PostgreSQL 4 to 60 calls), throughput falls 10-17x and p99 wait reaches 0.3-1.3 s. The fair lock grants the next in line: work per lock flat (Redis 41, PostgreSQL 8.5), 2.1k locks/s at P = 32 on Redis (plain 377), p99 23 ms (plain 321 ms). A key hot across many processes wants `fair_lock` |
 //!
-//! On the cluster the plain lock's curves follow one server's (16 keys: 5.0k to 3.3k locks/s).
-//! Its fair lock and its cross-client waiters do not: wake-ups of 40-47 ms recur (fair lock,
-//! P = 2 on one key: 337 locks/s, p99 47 ms, where one server did 4,035 and 0.8 ms; 10 waiters
-//! on 10 keys: p99 43 ms) and p99 waits reach 250-435 ms at P = 16-32 on 16 keys, in every run.
-//! They come from the cluster bus: a release's `PUBLISH` reaches a subscriber connected to
-//! another node over the bus between the nodes. 30-43 ms is the signature of Nagle's
-//! algorithm meeting a delayed ACK (40 ms on Linux), and Valkey's issue 1758 reports that the
-//! bus connections a node opens lack TCP_NODELAY. Measured with one subscriber and a `PUBLISH` every 10 ms on a local
-//! 3-master cluster (`perf/cluster-bus/publish_latency.py`): across nodes 13 of 1,000
-//! messages took 30-43 ms on Redis 7.0 and 5 of 1,000 on Valkey 8.1, on one node none (max
-//! 1.2 ms). The client's own TCP_NODELAY does not touch that link. Valkey 8.1 sets TCP_NODELAY
-//! on the bus (Valkey's pull request 1763) and still delayed 5 of 1,000, so Nagle may not be
-//! all of it; what else the bus adds is not understood yet. The remedy is on dlock's
-//! side: on Redis 7 clusters, publish a release with `SPUBLISH` and wait on the key's own
-//! master (as the Redisson kinds already do), so the message never crosses the bus; not built
-//! yet.
+//! On the cluster the curves follow one server's (16 keys: plain 5.4k to 3.6k locks/s, fair
+//! 2.6k to 3.2k). They did not before waiters listened on their key's master: wake-ups of
+//! 40-47 ms recurred (fair lock, P = 2 on one key: 337 locks/s, p99 47 ms, where one server
+//! did 4,035 and 0.8 ms; 10 waiters on 10 keys: p99 43 ms; p99 waits of 250-435 ms at P = 16-32
+//! on 16 keys). They came from the cluster bus: a release's `PUBLISH` reached a subscriber
+//! connected to another node over the bus between the nodes. Measured with one subscriber and a
+//! `PUBLISH` every 10 ms on a local 3-master cluster (`perf/cluster-bus/publish_latency.py`):
+//! across nodes 13 of 1,000 messages took 30-43 ms on Redis 7.0 and 5 of 1,000 on Valkey 8.1,
+//! on one node none (max 1.2 ms). 30-43 ms is the signature of Nagle's algorithm meeting a
+//! delayed ACK (40 ms on Linux), and Valkey's issue 1758 reports that the bus connections a node
+//! opens lack TCP_NODELAY; Valkey 8.1 sets it (Valkey's pull request 1763) and still delayed 5
+//! of 1,000, so Nagle may not be all of it. Now each waiter subscribes on the master that runs
+//! its release (see "Deployments"), so the message never crosses the bus: fair lock at P = 2 on
+//! one key 2,647 locks/s, p99 1.2 ms; 10 waiters on 10 keys, wake p99 1.5 ms; p99 waits at
+//! P = 16-32 on 16 keys 11-55 ms. `examples/bench --cluster`, 500 handoffs across clients, old
+//! and new builds interleaved (7 and 7 runs): 37-137 of 500 took over 10 ms before (p99
+//! 39-40 ms), none after (p99 0.7-0.9 ms, max 0.8-3.5 ms); the fair lock's grants 2-6 of 500
+//! before, none after. The waiting client keeps one more pub/sub connection per master with
+//! waiters (8 server connections idle, 9-11 waiting, for two clients on 3 masters).
 //!
 //! ## Redis server time
 //!
