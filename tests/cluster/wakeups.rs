@@ -306,3 +306,70 @@ async fn after_a_failover_a_waiter_listens_on_the_new_master_alone() {
     );
     g2.release().await.unwrap();
 }
+
+/// A master frozen (SIGSTOP) while a waiter's channel is placed on it: the subscriber spends
+/// seconds finding it dead and trying to connect to it again, and a release on another master
+/// must not wait for that (its message is delivered by its own connection, not queued behind
+/// the subscriber's work). Once the node runs again, its own waiter is woken too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_does_not_hold_up_wake_ups_from_the_others() {
+    let (cluster, _turn) = own_cluster().await;
+    let holder = cluster_client(&cluster).await;
+    let waiter = cluster_client(&cluster).await;
+    let masters = cluster.masters().expect("cluster masters");
+    let (healthy, frozen) = (masters[0].clone(), masters[1].clone());
+    let a = &names_on_master(&cluster, &holder, "near:healthy", healthy.port, 1)[0];
+    let b = &names_on_master(&cluster, &holder, "near:frozen", frozen.port, 1)[0];
+    let mut guards = Vec::new();
+    let mut waiting = Vec::new();
+    for name in [a, b] {
+        let lock = holder.lock(name.as_str()).ttl(Duration::from_secs(20));
+        guards.push(lock.acquire().await.unwrap());
+        waiting.push(wait_for(&waiter, name));
+        let channel = holder.lock(name.as_str()).channel().to_owned();
+        until_subscribed(&cluster, &channel).await;
+    }
+    let stopped = crate::common::Stopped::stop(frozen.pid);
+    // Time is the subject: within 2.5 s the subscriber's check (every second) has PINGed the
+    // frozen node in vain (1 s) and is trying to connect to it again (5 s connect timeout).
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let guard_b = guards.pop().expect("b's guard");
+    let released = Instant::now();
+    bounded(
+        Duration::from_secs(10),
+        "release a",
+        guards.pop().unwrap().release(),
+    )
+    .await
+    .unwrap();
+    let waiting_b = waiting.pop().expect("b's waiter");
+    let (g, held_at) = bounded(
+        Duration::from_secs(30),
+        "a's waiter",
+        waiting.pop().unwrap(),
+    )
+    .await
+    .unwrap()
+    .expect("a's waiter acquires");
+    let after = held_at - released;
+    println!(
+        "a's waiter held {after:?} after the release, 127.0.0.1:{} frozen",
+        frozen.port
+    );
+    assert!(
+        after < Duration::from_secs(2),
+        "a release on a healthy master waited for the frozen one: {after:?}"
+    );
+    g.release().await.unwrap();
+    drop(stopped);
+    let released = Instant::now();
+    bounded(Duration::from_secs(30), "release b", guard_b.release())
+        .await
+        .unwrap();
+    let (g, held_at) = bounded(Duration::from_secs(30), "b's waiter", waiting_b)
+        .await
+        .unwrap()
+        .expect("b's waiter acquires once its master runs again");
+    println!("b's waiter held {:?} after its release", held_at - released);
+    g.release().await.unwrap();
+}

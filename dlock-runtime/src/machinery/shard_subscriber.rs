@@ -77,7 +77,7 @@ pub(crate) struct ShardSource {
 }
 
 /// Receives a message heard on a channel: (channel, message).
-pub(crate) type Dispatch = Box<dyn Fn(&str, String) + Send + Sync>;
+pub(crate) type Dispatch = Arc<dyn Fn(&str, String) + Send + Sync>;
 
 /// What the shard subscriber tells its owner.
 pub(crate) struct ShardHooks {
@@ -175,6 +175,8 @@ impl ShardSubscriber {
             opened: 0,
             channels: HashMap::new(),
             wake_pending: false,
+            unreachable: HashMap::new(),
+            warned: false,
         };
         rt.spawn(async move {
             let mut task = task;
@@ -211,32 +213,44 @@ struct Task {
     channels: HashMap<String, Option<Node>>,
     /// Channels were moved: wake every waiter at the next check that finds nothing to move.
     wake_pending: bool,
+    /// Nodes a connection could not be opened to, and when: not tried again for a check's
+    /// interval, so a frozen node costs this task one connect timeout per check at most.
+    unreachable: HashMap<Node, Instant>,
+    /// A refused subscribe (other than a redirect) was logged as a warning already.
+    warned: bool,
 }
 
 impl Task {
     async fn run(&mut self) {
         let interval = self.source.check_interval;
         let mut next_check = Instant::now() + interval;
+        // A command handed back by the last burst (of the other type): applied next, but only
+        // after the pushes and the clock were looked at, so a steady churn of waiters coming
+        // and going cannot hold up the repairs.
+        let mut pending: Option<Command> = None;
         loop {
             let mut check = false;
-            tokio::select! {
-                cmd = self.commands.recv() => match cmd {
-                    None => return,
-                    Some(first) => {
-                        let mut next = Some(first);
-                        while let Some(cmd) = next {
-                            next = self.apply(cmd).await;
-                        }
+            if let Some(cmd) = pending.take() {
+                pending = self.apply(cmd).await;
+                while let Ok((node, serial, push)) = self.events.try_recv() {
+                    check |= self.on_push(node, serial, push);
+                }
+            } else {
+                tokio::select! {
+                    cmd = self.commands.recv() => match cmd {
+                        None => return,
+                        Some(first) => pending = self.apply(first).await,
+                    },
+                    Some((node, serial, push)) = self.events.recv() => {
+                        check = self.on_push(node, serial, push);
                     }
-                },
-                Some((node, serial, push)) = self.events.recv() => {
-                    check = self.on_push(node, serial, push);
+                    // Only while channels are subscribed: an idle client reads no slot map.
+                    _ = tokio::time::sleep_until(next_check), if !self.channels.is_empty() => {}
                 }
-                // Only while channels are subscribed: an idle client reads no slot map.
-                _ = tokio::time::sleep_until(next_check), if !self.channels.is_empty() => {
-                    next_check = Instant::now() + interval;
-                    check = true;
-                }
+            }
+            if Instant::now() >= next_check && !self.channels.is_empty() {
+                next_check = Instant::now() + interval;
+                check = true;
             }
             if check {
                 self.repair().await;
@@ -247,19 +261,8 @@ impl Task {
     /// Handles one push of a node connection; true when channels must be placed again.
     fn on_push(&mut self, node: Node, serial: u64, push: PushInfo) -> bool {
         match push.kind {
-            PushKind::SMessage | PushKind::Message => {
-                let text = |v: Option<&Value>| match v {
-                    Some(Value::BulkString(b)) => String::from_utf8(b.clone()).ok(),
-                    Some(Value::SimpleString(s)) => Some(s.clone()),
-                    _ => None,
-                };
-                if let (Some(channel), Some(message)) =
-                    (text(push.data.first()), text(push.data.get(1)))
-                {
-                    (self.hooks.dispatch)(&channel, message);
-                }
-                false
-            }
+            // Delivered by the connection's forwarder (see `open`), never queued behind this task.
+            PushKind::SMessage | PushKind::Message => false,
             PushKind::Disconnection => {
                 if self.conns.get(&node).map(|(n, _)| *n) != Some(serial) {
                     return false; // a connection replaced already
@@ -285,6 +288,13 @@ impl Task {
             }
             _ => false,
         }
+    }
+
+    /// Drops the connection to `node`: every channel subscribed there is unplaced with it (the
+    /// connection's end sends no `Disconnection` this task would still accept).
+    fn drop_node(&mut self, node: &Node) {
+        self.conns.remove(node);
+        self.unplace(|on| on == node);
     }
 
     /// Marks the channels placed on a node `lost` says is gone as unplaced; true if any was.
@@ -321,20 +331,6 @@ impl Task {
             return;
         }
         let count = misplaced.len();
-        // A classic channel still subscribed on the slot's old master hears every message there
-        // too (over the bus), and would wake its waiter twice: it leaves first. (A shard
-        // channel's old node dropped it itself.)
-        let stale: Vec<String> = match self.source.kind {
-            ChannelKind::Classic => misplaced
-                .iter()
-                .filter(|ch| matches!(self.channels.get(*ch), Some(Some(_))))
-                .cloned()
-                .collect(),
-            ChannelKind::Shard => Vec::new(),
-        };
-        if !stale.is_empty() {
-            self.unsubscribe_all(stale).await;
-        }
         if !self.place_all(misplaced).await.is_empty() {
             // Woken once a channel is live again and the map has held still for one check
             // (see above): a retry while the slot's master is still down or just being
@@ -345,22 +341,29 @@ impl Task {
     }
 
     /// PINGs every node that has channels; one that does not answer within the ack timeout is
-    /// dropped and its channels marked unplaced, to be placed again by the caller.
+    /// dropped and its channels marked unplaced, to be placed again by the caller. A refusal
+    /// (an ACL rule against PING) is an answer. A channel recorded on a node with no
+    /// connection is unplaced too.
     async fn probe(&mut self) {
         let mut nodes: Vec<Node> = self.channels.values().flatten().cloned().collect();
         nodes.sort();
         nodes.dedup();
         for node in nodes {
             let Some((_, conn)) = self.conns.get_mut(&node) else {
+                self.unplace(|on| on == &node);
                 continue;
             };
             let ping = redis::cmd("PING");
             let reply =
                 tokio::time::timeout(self.hooks.ack_timeout, ping.query_async::<Value>(conn));
-            if !matches!(reply.await, Ok(Ok(_))) {
+            let alive = match reply.await {
+                Ok(Ok(_)) => true,
+                Ok(Err(e)) => matches!(e.kind(), redis::ErrorKind::Server(_)),
+                Err(_) => false,
+            };
+            if !alive {
                 tracing::debug!(node = %format!("{}:{}", node.0, node.1), "dlock: a subscriber node did not answer PING; its channels are placed again");
-                self.conns.remove(&node);
-                self.unplace(|on| on == &node);
+                self.drop_node(&node);
             }
         }
     }
@@ -383,9 +386,28 @@ impl Task {
             self.refresh().await;
         }
         let kind = self.source.kind;
+        // Already live on its master: nothing to send. Recorded on another node (its slot
+        // moved): it leaves there first.
+        let mut todo = Vec::new();
+        let mut elsewhere = Vec::new();
+        for channel in channels {
+            match (self.channels.get(&channel), self.owner(&channel)) {
+                (Some(Some(on)), Some(owner)) if on == owner && self.conns.contains_key(on) => {
+                    placed.insert(channel);
+                }
+                (Some(Some(_)), _) => {
+                    elsewhere.push(channel.clone());
+                    todo.push(channel);
+                }
+                _ => todo.push(channel),
+            }
+        }
+        if !elsewhere.is_empty() {
+            self.leave(elsewhere).await;
+        }
         let mut groups: HashMap<(Node, u16), Vec<String>> = HashMap::new();
         let mut one_by_one = Vec::new();
-        for channel in channels {
+        for channel in todo {
             match self.owner(&channel).cloned() {
                 Some(node) => {
                     let slot = match kind {
@@ -417,7 +439,7 @@ impl Task {
                     one_by_one.extend(group);
                 }
                 _ => {
-                    self.conns.remove(&node);
+                    self.drop_node(&node);
                     for channel in group {
                         self.channels.insert(channel, None);
                     }
@@ -461,10 +483,16 @@ impl Task {
     /// it is (`None`: nowhere). True when confirmed.
     async fn place_once(&mut self, channel: &str) -> bool {
         let (ack_timeout, kind) = (self.hooks.ack_timeout, self.source.kind);
-        self.channels.insert(channel.to_owned(), None);
         let Some(node) = self.owner(channel).cloned() else {
+            self.channels.insert(channel.to_owned(), None);
             return false;
         };
+        match self.channels.get(channel) {
+            Some(Some(on)) if *on == node && self.conns.contains_key(on) => return true,
+            Some(Some(_)) => self.leave(vec![channel.to_owned()]).await,
+            _ => {}
+        }
+        self.channels.insert(channel.to_owned(), None);
         let Some(conn) = self.connect(&node).await else {
             return false;
         };
@@ -476,15 +504,17 @@ impl Task {
             }
             // MOVED (the map was stale) or another refusal (an ACL rule).
             Ok(Err(e)) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
-                if matches!(e.code(), Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN")) {
-                    tracing::debug!(channel, error = %e, ?kind, "dlock: subscribe redirected");
+                let redirect =
+                    matches!(e.code(), Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN"));
+                if redirect || std::mem::replace(&mut self.warned, true) {
+                    tracing::debug!(channel, error = %e, ?kind, "dlock: subscribe refused");
                 } else {
-                    tracing::warn!(channel, error = %e, ?kind, "dlock subscriber: Redis refused a subscribe; its waiters fall back to PTTL retries");
+                    tracing::warn!(channel, error = %e, ?kind, "dlock subscriber: Redis refused a subscribe; its waiters fall back to PTTL retries (said once)");
                 }
                 false
             }
             _ => {
-                self.conns.remove(&node);
+                self.drop_node(&node);
                 false
             }
         }
@@ -512,7 +542,12 @@ impl Task {
                 let names = burst.iter().map(|(channel, _)| channel.clone()).collect();
                 let placed = self.place_all(names).await;
                 for (channel, ack) in burst {
-                    let _ = ack.send(placed.contains(&channel));
+                    let confirmed = placed.contains(&channel);
+                    if ack.send(confirmed).is_err() && confirmed {
+                        // Its waiter stopped waiting for the answer and retried before the
+                        // channel was live: a release in between went unheard.
+                        self.wake_pending = true;
+                    }
                 }
             }
             Command::Unsubscribe(channel) => {
@@ -531,6 +566,21 @@ impl Task {
             }
         }
         after
+    }
+
+    /// Takes `channels` off the nodes they are recorded on, before they are placed elsewhere: a
+    /// classic channel left on a slot's old master (a replica now) still hears every message
+    /// there, over the bus, and would wake its waiter twice. A shard channel's old node
+    /// dropped it itself, and may refuse SUNSUBSCRIBE for a slot it no longer serves.
+    async fn leave(&mut self, channels: Vec<String>) {
+        match self.source.kind {
+            ChannelKind::Classic => self.unsubscribe_all(channels).await,
+            ChannelKind::Shard => {
+                for channel in channels {
+                    self.channels.insert(channel, None);
+                }
+            }
+        }
     }
 
     /// Unsubscribes `channels` where they are placed: one command per node (per slot for shard
@@ -560,8 +610,7 @@ impl Task {
             );
             if !matches!(reply.await, Ok(Ok(()))) {
                 // A connection that cannot answer is replaced when next needed.
-                self.conns.remove(&node);
-                self.unplace(|on| on == &node);
+                self.drop_node(&node);
             }
         }
     }
@@ -591,8 +640,20 @@ impl Task {
     /// The connection to `node`, opened if there is none.
     async fn connect(&mut self, node: &Node) -> Option<&mut redis::aio::MultiplexedConnection> {
         if !self.conns.contains_key(node) {
+            let interval = self.source.check_interval;
+            if self
+                .unreachable
+                .get(node)
+                .is_some_and(|at| at.elapsed() < interval)
+            {
+                return None;
+            }
             self.opened += 1;
-            let conn = self.open(node, self.opened).await?;
+            let Some(conn) = self.open(node, self.opened).await else {
+                self.unreachable.insert(node.clone(), Instant::now());
+                return None;
+            };
+            self.unreachable.remove(node);
             self.conns.insert(node.clone(), (self.opened, conn));
         }
         self.conns.get_mut(node).map(|(_, conn)| conn)
@@ -636,8 +697,20 @@ impl Task {
         };
         // Forwards this connection's pushes, tagged, until the connection is gone.
         let (events, node) = (self.events_tx.clone(), node.clone());
+        // Messages are handed to their waiters right here, not through the task: the task may
+        // be waiting out a round trip (or a connect to a frozen node), and a release must not
+        // wait for it.
+        let dispatch = self.hooks.dispatch.clone();
         tokio::spawn(async move {
             while let Some(push) = rx.recv().await {
+                if matches!(push.kind, PushKind::SMessage | PushKind::Message) {
+                    if let (Some(channel), Some(message)) =
+                        (text(push.data.first()), text(push.data.get(1)))
+                    {
+                        dispatch(&channel, message);
+                    }
+                    continue;
+                }
                 if events.send((node.clone(), serial, push)).is_err() {
                     return;
                 }
@@ -687,4 +760,13 @@ async fn send(
         }
     })
     .await
+}
+
+/// A push's text field (a channel name or a message).
+fn text(v: Option<&Value>) -> Option<String> {
+    match v {
+        Some(Value::BulkString(b)) => String::from_utf8(b.clone()).ok(),
+        Some(Value::SimpleString(s)) => Some(s.clone()),
+        _ => None,
+    }
 }

@@ -404,7 +404,7 @@ impl Waiters {
         let (to, wake) = (self.shared.clone(), self.shared.clone());
         let kind = source.kind;
         let hooks = ShardHooks {
-            dispatch: Box::new(move |channel, message| to.dispatch(channel, message)),
+            dispatch: Arc::new(move |channel: &str, message| to.dispatch(channel, message)),
             resubscribed: Box::new(move || wake.wake_all()),
             ack_timeout: self.ack_timeout,
         };
