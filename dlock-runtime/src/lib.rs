@@ -38,7 +38,8 @@
 //!   release message or at the holder's PTTL, whichever comes first. Connections: the command
 //!   connections (`connections`, default 1), one more driven by the client's own thread for
 //!   renewals and clean-ups when the command connections are driven by a multi-thread caller
-//!   runtime, and one subscriber, whatever the waiter count.
+//!   runtime, and one subscriber, whatever the waiter count (on a Redis Cluster, one more
+//!   subscriber connection per master the client waits on: see "Deployments").
 //! * **Watchdog**: one task per client renews all held locks at a third of their lease, in one
 //!   round trip per tick (holds due within a twelfth of their lease share it). A tick slower
 //!   than a third of the lease (a slow link, a busy machine) is not cut short while the
@@ -136,7 +137,7 @@
 //! `UNWATCH` + `PING` round trip, which would double the cost of an uncontended acquire +
 //! release, while one multiplexed connection already pipelines every concurrent request.
 //! `LockClientBuilder::connections(n)` spreads commands over `n` of them. Waiters share one
-//! separate pub/sub connection; nothing blocking (WAIT, BLPOP) is ever sent on a command
+//! separate pub/sub connection (per master, on a cluster); nothing blocking (WAIT, BLPOP) is ever sent on a command
 //! connection, so the watchdog's renewals are never stuck behind one.
 //!
 //! # Deployments
@@ -155,7 +156,8 @@
 //!   since a release may have been missed meanwhile. A subscription on another node still hears
 //!   every message, later: classic PUBLISH reaches every node of the cluster (measured: 50 of 50
 //!   messages published on another node's channel arrived), so placement only ever costs
-//!   latency. A dlock release stays a classic `PUBLISH`, which every dlock version and every
+//!   latency. (The Redisson kinds' shard channels, on a Redis 7+ cluster, have a subscriber of
+//!   their own, placed the same way: up to two pub/sub connections per master.) A dlock release stays a classic `PUBLISH`, which every dlock version and every
 //!   node hears: sharded pub/sub (SPUBLISH) would cut the bus traffic too, but a waiter of an
 //!   older dlock, listening classically, would no longer hear a newer one's releases during a
 //!   rolling deploy and would sleep to the holder's PTTL. Classic PUBLISH costs cluster-bus

@@ -39,7 +39,9 @@ impl LockClientBuilder {
     /// client opens this many plus one pub/sub connection shared by all waiters, whatever the
     /// number of waiters or held locks, plus (when built on a multi-thread runtime, which then
     /// drives the command connections) one connection its own thread drives for renewals and
-    /// clean-ups. A cluster client opens one multiplexed connection per node instead.
+    /// clean-ups. A cluster client opens one multiplexed connection per node instead, and while
+    /// it waits, one pub/sub connection per master its waiters' keys live on (a release is
+    /// heard on the node that publishes it).
     pub fn connections(mut self, n: usize) -> Self {
         self.settings.connections = n;
         self

@@ -12,7 +12,7 @@ use crate::machinery::shared::Shared;
 use crate::store::redis::kinds::{Fair, RedissonLock, RedissonRead, RedissonWrite};
 
 /// A connection to one Redis deployment: command connections, one pub/sub connection shared by
-/// every waiter, and one watchdog task renewing every lock this client holds, all run on the
+/// every waiter (on a cluster, one per master it waits on too), and one watchdog task renewing every lock this client holds, all run on the
 /// client's own background thread.
 ///
 /// Cheap to clone (an `Arc`); clones share everything. Dropping the last clone waits (at most

@@ -12,7 +12,9 @@
 //!   `perf/cluster-bus/publish_latency.py`: 13 in 1,000 on Redis 7.0, 5 in 1,000 on Valkey
 //!   8.1, none over 20 ms on the publishing node itself). Subscribing where the message is
 //!   published takes the bus out of the wake-up. A channel placed on the wrong node still
-//!   hears every message, later: placement here is about latency, never about correctness.
+//!   hears every message, later: where a classic channel sits decides latency only. What must
+//!   be right is the record of where it sits: a channel recorded on a node it is not subscribed
+//!   on hears nothing, and one subscribed on two nodes wakes its waiter twice.
 //!
 //! This task holds one RESP3 connection per master that has channels, subscribes each channel
 //! where its slot lives, and moves it when the slot moves. redis-rs's cluster connection drops
@@ -85,7 +87,7 @@ pub(crate) struct ShardHooks {
     pub(crate) dispatch: Dispatch,
     /// Channels were moved to another node: messages may have been missed.
     pub(crate) resubscribed: Box<dyn Fn() + Send + Sync>,
-    /// Bound on each SSUBSCRIBE / SUNSUBSCRIBE round trip.
+    /// Bound on each (S)SUBSCRIBE / (S)UNSUBSCRIBE and PING round trip.
     pub(crate) ack_timeout: Duration,
 }
 
@@ -370,7 +372,8 @@ impl Task {
 
     /// Subscribes `channels` where their slots live, with one SUBSCRIBE per node (SSUBSCRIBE per
     /// slot: a shard subscribe may not span slots); the set of those confirmed. A group its node
-    /// refused (a stale map: MOVED) is placed one channel at a time, re-reading the map. A group
+    /// refused (a shard channel's MOVED, an ACL rule) is placed one channel at a time after the
+    /// map is read again. A group
     /// whose node cannot be reached is left unplaced for the next check, at once: trying each
     /// of its channels would wait out the connect timeout once per channel, while this task
     /// also delivers every other node's messages.

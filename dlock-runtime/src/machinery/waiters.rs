@@ -1,4 +1,5 @@
-//! Waiting for a release: one pub/sub connection per client, shared by all waiters.
+//! Waiting for a release: one pub/sub connection per client, shared by all waiters (on a
+//! cluster, channels are placed on their slot's master instead: `shard_subscriber.rs`).
 //!
 //! Subscriptions are reference-counted per channel. A waiter subscribes *before* its retry, so
 //! a release published between a failed try and the subscription is not missed (the race that
