@@ -77,6 +77,29 @@ fn wait_for(
     tokio::spawn(async move { w.acquire().await.map(|g| (g, Instant::now())) })
 }
 
+/// Releases `held` and asserts that `waiting` (a [`wait_for`] of the same lock) then holds it
+/// within 5 s: woken by the release, not by the holder's 20 s lease.
+async fn release_wakes(
+    held: dlock::LockGuard,
+    waiting: tokio::task::JoinHandle<Result<(dlock::LockGuard, Instant), dlock::LockError>>,
+) {
+    let released = Instant::now();
+    bounded(Duration::from_secs(30), "the release", held.release())
+        .await
+        .unwrap();
+    let (g, held_at) = bounded(Duration::from_secs(30), "the waiter", waiting)
+        .await
+        .unwrap()
+        .expect("the waiter acquires");
+    let after = held_at - released;
+    println!("  the waiter held {after:?} after the release");
+    assert!(
+        after < Duration::from_secs(5),
+        "woken by the holder's TTL, not the release: {after:?}"
+    );
+    g.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_listens_on_the_master_that_publishes_its_release() {
     let cluster = shared_cluster();
@@ -103,19 +126,7 @@ async fn a_waiter_listens_on_the_master_that_publishes_its_release() {
             "the waiter of {name} must listen on its master 127.0.0.1:{} alone: {counts:?}",
             master.port
         );
-        let released = Instant::now();
-        g.release().await.unwrap();
-        let (g2, held_at) = bounded(Duration::from_secs(30), "the waiter", waiting)
-            .await
-            .unwrap()
-            .expect("the waiter acquires");
-        let after = held_at - released;
-        println!("  held {after:?} after the release");
-        assert!(
-            after < Duration::from_secs(5),
-            "woken by the holder's TTL, not the release: {after:?}"
-        );
-        g2.release().await.unwrap();
+        release_wakes(g, waiting).await;
     }
 }
 
@@ -172,19 +183,7 @@ async fn a_killed_subscriber_connection_is_placed_again_and_its_waiter_still_wok
         !waiting.is_finished(),
         "the waiter must still be waiting: the lock is held"
     );
-    let released = Instant::now();
-    g.release().await.unwrap();
-    let (g2, held_at) = bounded(Duration::from_secs(30), "the waiter", waiting)
-        .await
-        .unwrap()
-        .expect("the waiter acquires");
-    let after = held_at - released;
-    println!("held {after:?} after the release");
-    assert!(
-        after < Duration::from_secs(5),
-        "woken by the holder's TTL, not the release: {after:?}"
-    );
-    g2.release().await.unwrap();
+    release_wakes(g, waiting).await;
 }
 
 /// 120 waiters on 60 keys over every master subscribe at once (their subscribes go to the
@@ -290,21 +289,7 @@ async fn after_a_failover_a_waiter_listens_on_the_new_master_alone() {
         1,
         "subscribed on one node: {counts:?}"
     );
-    let released = Instant::now();
-    bounded(Duration::from_secs(30), "release", g.release())
-        .await
-        .unwrap();
-    let (g2, held_at) = bounded(Duration::from_secs(30), "the waiter", waiting)
-        .await
-        .unwrap()
-        .expect("the waiter acquires");
-    let after = held_at - released;
-    println!("held {after:?} after the release");
-    assert!(
-        after < Duration::from_secs(5),
-        "woken by the holder's TTL, not the release: {after:?}"
-    );
-    g2.release().await.unwrap();
+    release_wakes(g, waiting).await;
 }
 
 /// A master frozen (SIGSTOP) while a waiter's channel is placed on it: the subscriber spends
