@@ -51,28 +51,39 @@ pub async fn raw(cluster: &RedisCluster) -> dlock::redis::cluster_async::Cluster
         .expect("raw cluster connection")
 }
 
-/// Waits until some node of the cluster has a subscriber on `channel` (classic pub/sub
-/// subscriptions are node-local, so every node is asked).
-pub async fn until_subscribed(cluster: &RedisCluster, channel: &str) {
-    let nodes = cluster.nodes().expect("cluster nodes");
+/// Subscribers of `channel` on each node of the cluster that answers, by port (classic pub/sub
+/// subscriptions are node-local, so `PUBSUB NUMSUB` on one node counts only its own).
+pub async fn subscribers_by_node(cluster: &RedisCluster, channel: &str) -> Vec<(u16, i64)> {
+    let mut counts = Vec::new();
+    for node in cluster.nodes().expect("cluster nodes") {
+        let Ok(client) = dlock::redis::Client::open(node.url.as_str()) else {
+            continue;
+        };
+        let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+            continue;
+        };
+        let reply: Vec<dlock::redis::Value> = dlock::redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_default();
+        if let Some(dlock::redis::Value::Int(n)) = reply.get(1) {
+            counts.push((node.port, *n));
+        }
+    }
+    counts.sort_unstable();
+    counts
+}
+
+/// Waits (at most 10 s) until some node of the cluster has a subscriber on `channel`; the
+/// subscribers by node then.
+pub async fn until_subscribed(cluster: &RedisCluster, channel: &str) -> Vec<(u16, i64)> {
     let started = std::time::Instant::now();
     loop {
-        for node in &nodes {
-            let Ok(client) = dlock::redis::Client::open(node.url.as_str()) else {
-                continue;
-            };
-            let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
-                continue;
-            };
-            let reply: Vec<dlock::redis::Value> = dlock::redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(channel)
-                .query_async(&mut conn)
-                .await
-                .unwrap_or_default();
-            if matches!(reply.get(1), Some(dlock::redis::Value::Int(n)) if *n > 0) {
-                return;
-            }
+        let counts = subscribers_by_node(cluster, channel).await;
+        if counts.iter().any(|(_, n)| *n > 0) {
+            return counts;
         }
         assert!(
             started.elapsed() < std::time::Duration::from_secs(10),

@@ -5,49 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-use dlock::redis::Value;
-use dlock::testing::RedisCluster;
 use dlock::LockClient;
 
-use crate::{bounded, cluster_client, names_on_master, node_conn, own_cluster, shared_cluster};
-
-/// Subscribers of `channel` on every node of the cluster, by port (classic subscriptions are
-/// node-local, so `PUBSUB NUMSUB` on one node counts only its own).
-async fn subscribers_by_node(cluster: &RedisCluster, channel: &str) -> Vec<(u16, i64)> {
-    let mut counts = Vec::new();
-    for node in cluster.nodes().expect("cluster nodes") {
-        let mut conn = node_conn(&node.url).await;
-        let reply: Vec<Value> = dlock::redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(channel)
-            .query_async(&mut conn)
-            .await
-            .expect("PUBSUB NUMSUB");
-        let n = match reply.get(1) {
-            Some(Value::Int(n)) => *n,
-            other => panic!("PUBSUB NUMSUB answered {other:?}"),
-        };
-        counts.push((node.port, n));
-    }
-    counts.sort_unstable();
-    counts
-}
-
-/// Waits (at most 10 s) until some node has a subscriber on `channel`; its counts by node.
-async fn until_subscribed(cluster: &RedisCluster, channel: &str) -> Vec<(u16, i64)> {
-    let started = Instant::now();
-    loop {
-        let counts = subscribers_by_node(cluster, channel).await;
-        if counts.iter().any(|(_, n)| *n > 0) {
-            return counts;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "nobody subscribed to {channel} within 10 s"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+use crate::{
+    bounded, cluster_client, names_on_master, node_conn, own_cluster, shared_cluster,
+    subscribers_by_node, until_subscribed,
+};
 
 /// Ids of the connections on a node that hold classic subscriptions (`CLIENT LIST`'s `sub=`).
 async fn subscriber_ids(conn: &mut dlock::redis::aio::MultiplexedConnection) -> Vec<u64> {
@@ -116,6 +79,7 @@ async fn a_waiter_listens_on_the_master_that_publishes_its_release() {
         let g = lock.acquire().await.unwrap();
         let waiting = wait_for(&waiter, name);
         let counts = until_subscribed(cluster, &channel).await;
+        assert_eq!(counts.len(), 6, "every node must answer: {counts:?}");
         let elsewhere: Vec<_> = counts.iter().filter(|(p, _)| *p != master.port).collect();
         println!(
             "{name} on 127.0.0.1:{}: subscribers by node {counts:?}",
@@ -220,6 +184,7 @@ async fn a_burst_of_waiters_is_placed_on_their_masters() {
             .expect("master of the key")
             .port;
         let counts = until_subscribed(cluster, &channel).await;
+        assert_eq!(counts.len(), 6, "every node must answer: {counts:?}");
         assert!(
             counts
                 .iter()

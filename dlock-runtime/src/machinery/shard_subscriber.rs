@@ -270,8 +270,7 @@ impl Task {
                     return false; // a connection replaced already
                 }
                 // Its channels hear nothing now: place them again (on a fresh connection).
-                self.conns.remove(&node);
-                self.unplace(|on| on == &node)
+                self.drop_node(&node)
             }
             // The node dropped shard subscriptions itself (it no longer serves their slot);
             // after a SUNSUBSCRIBE of ours the channel is gone from the map already.
@@ -294,16 +293,17 @@ impl Task {
 
     /// Drops the connection to `node`: every channel subscribed there is unplaced with it (the
     /// connection's end sends no `Disconnection` this task would still accept).
-    fn drop_node(&mut self, node: &Node) {
+    /// True if any channel was there.
+    fn drop_node(&mut self, node: &Node) -> bool {
         self.conns.remove(node);
-        self.unplace(|on| on == node);
+        self.unplace(node)
     }
 
-    /// Marks the channels placed on a node `lost` says is gone as unplaced; true if any was.
-    fn unplace(&mut self, lost: impl Fn(&Node) -> bool) -> bool {
+    /// Marks the channels placed on `node` as unplaced; true if any was.
+    fn unplace(&mut self, node: &Node) -> bool {
         let mut any = false;
         for on in self.channels.values_mut() {
-            if on.as_ref().is_some_and(&lost) {
+            if on.as_ref() == Some(node) {
                 *on = None;
                 any = true;
             }
@@ -352,7 +352,7 @@ impl Task {
         nodes.dedup();
         for node in nodes {
             let Some((_, conn)) = self.conns.get_mut(&node) else {
-                self.unplace(|on| on == &node);
+                self.unplace(&node);
                 continue;
             };
             let ping = redis::cmd("PING");
@@ -372,19 +372,13 @@ impl Task {
 
     /// Subscribes `channels` where their slots live, with one SUBSCRIBE per node (SSUBSCRIBE per
     /// slot: a shard subscribe may not span slots); the set of those confirmed. A group its node
-    /// refused (a shard channel's MOVED, an ACL rule) is placed one channel at a time after the
-    /// map is read again. A group
-    /// whose node cannot be reached is left unplaced for the next check, at once: trying each
-    /// of its channels would wait out the connect timeout once per channel, while this task
-    /// also delivers every other node's messages.
+    /// refused (a shard channel's MOVED, an ACL rule) or whose node could not be reached is
+    /// placed one channel at a time after the map is read again; a node found unreachable is
+    /// not tried again before the next check (see `connect`), so a frozen node costs one
+    /// connect timeout, not one per channel. A group whose node stopped answering is left
+    /// unplaced for the next check.
     async fn place_all(&mut self, channels: Vec<String>) -> HashSet<String> {
         let mut placed = HashSet::new();
-        if let [channel] = channels.as_slice() {
-            if self.place(channel, false).await {
-                placed.insert(channel.clone());
-            }
-            return placed;
-        }
         if self.ranges.is_empty() {
             self.refresh().await;
         }
@@ -425,9 +419,9 @@ impl Task {
         let ack_timeout = self.hooks.ack_timeout;
         for ((node, _), group) in groups {
             let Some(conn) = self.connect(&node).await else {
-                for channel in group {
-                    self.channels.insert(channel, None);
-                }
+                // Perhaps a master the map still names after a failover: tried again once
+                // the map is read again below (a node just found unreachable is not).
+                one_by_one.extend(group);
                 continue;
             };
             match send(conn, kind, Subscribing::Subscribe, &group, ack_timeout).await {
@@ -463,23 +457,6 @@ impl Task {
             }
         }
         placed
-    }
-
-    /// Subscribes `channel` on its slot's master (reading the slot map first if `fresh` is
-    /// false and none is known, and again if the node refuses: MOVED). True when confirmed.
-    async fn place(&mut self, channel: &str, fresh: bool) -> bool {
-        if self.ranges.is_empty() && !fresh {
-            self.refresh().await;
-        }
-        for attempt in 0..2 {
-            if attempt > 0 && !self.refresh().await {
-                break;
-            }
-            if self.place_once(channel).await {
-                return true;
-            }
-        }
-        false
     }
 
     /// Subscribes `channel` on its slot's master by the map as last read, once; records where

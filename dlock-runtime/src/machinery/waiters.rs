@@ -174,7 +174,7 @@ pub(crate) struct Subscription {
     channel: String,
     state: Arc<ChannelState>,
     /// Set for a channel placed by slot: its unsubscribe goes there.
-    sharded: Option<ShardSubscriber>,
+    placer: Option<ShardSubscriber>,
 }
 
 impl Waiters {
@@ -382,7 +382,7 @@ impl Waiters {
             return self.subscribe_placed(near, channel).await;
         }
         let (ack_tx, ack_rx) = oneshot::channel();
-        let sub = self.register(channel, ack_tx);
+        let sub = self.register(channel, ack_tx, None);
         // While disconnected no acknowledgement is coming soon; the reconnect re-subscribes the
         // channel and wakes the waiter instead.
         if self.shared.connected.load(Ordering::Acquire) {
@@ -430,29 +430,7 @@ impl Waiters {
     /// serving its slot to confirm it.
     async fn subscribe_placed(&self, placer: &ShardSubscriber, channel: &str) -> Subscription {
         let (ack_tx, ack_rx) = oneshot::channel();
-        let sub = {
-            let mut map = self.shared.channels();
-            let ch = map.entry(channel.to_owned()).or_insert_with(|| Channel {
-                refs: 0,
-                state: Arc::new(ChannelState {
-                    notify: Notify::new(),
-                    messages: Default::default(),
-                    confirmed_on: AtomicU64::new(0),
-                }),
-                placed: true,
-            });
-            ch.refs += 1;
-            // Under the map lock, like `register`: subscribe and unsubscribe reach the task in
-            // the order of the reference-count changes.
-            placer.subscribe(channel, ack_tx);
-            Subscription {
-                shared: self.shared.clone(),
-                commands: self.commands.clone(),
-                channel: channel.to_owned(),
-                state: ch.state.clone(),
-                sharded: Some(placer.clone()),
-            }
-        };
+        let sub = self.register(channel, ack_tx, Some(placer));
         if let Ok(Ok(true)) = tokio::time::timeout(self.ack_timeout, ack_rx).await {
             // Confirmed by the node serving the slot; read like a classic confirmation.
             let epoch = self.shared.epoch.load(Ordering::Acquire);
@@ -461,7 +439,14 @@ impl Waiters {
         sub
     }
 
-    fn register(&self, channel: &str, ack: oneshot::Sender<bool>) -> Subscription {
+    /// Counts one more waiter of `channel` and asks its subscriber (`placer`, or the classic
+    /// connection's task) to subscribe it; `ack` learns whether the server confirmed it.
+    fn register(
+        &self,
+        channel: &str,
+        ack: oneshot::Sender<bool>,
+        placer: Option<&ShardSubscriber>,
+    ) -> Subscription {
         let mut map = self.shared.channels();
         let ch = map.entry(channel.to_owned()).or_insert_with(|| Channel {
             refs: 0,
@@ -470,22 +455,24 @@ impl Waiters {
                 messages: Default::default(),
                 confirmed_on: AtomicU64::new(0),
             }),
-            placed: false,
+            placed: placer.is_some(),
         });
         ch.refs += 1;
         // Sent under the map lock so subscribe/unsubscribe reach the task in the order of the
         // reference-count changes. Extra SUBSCRIBEs of a live channel are harmless.
-        let _ = self.commands.send(Command::Subscribe(
-            channel.to_owned(),
-            ch.state.clone(),
-            ack,
-        ));
+        match placer {
+            Some(placer) => placer.subscribe(channel, ack),
+            None => {
+                let command = Command::Subscribe(channel.to_owned(), ch.state.clone(), ack);
+                let _ = self.commands.send(command);
+            }
+        }
         Subscription {
             shared: self.shared.clone(),
             commands: self.commands.clone(),
             channel: channel.to_owned(),
             state: ch.state.clone(),
-            sharded: None,
+            placer: placer.cloned(),
         }
     }
 }
@@ -527,7 +514,7 @@ impl Drop for Subscription {
             ch.refs -= 1;
             if ch.refs == 0 {
                 map.remove(&self.channel);
-                match &self.sharded {
+                match &self.placer {
                     Some(shards) => shards.unsubscribe(&self.channel),
                     None => {
                         let _ = self
