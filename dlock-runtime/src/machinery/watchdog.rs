@@ -750,15 +750,21 @@ fn kind_of(holds: &[Arc<Hold>]) -> &dyn LockKind {
 /// answered in the order they are sent, so the holds closest to their deadline go first, and
 /// go together rather than beside holds with time to spare.
 ///
-/// Deadlines are compared in steps of a twelfth of the lease, and holds within a step in slot
-/// order, so keys of one slot stay in one call where a server renews per slot (Redis 6.2).
+/// Deadlines are compared in steps of a sixth of the lease counted from the earliest deadline
+/// of the share, and holds within a step in slot order, so keys of one slot stay in one call
+/// where a server renews per slot (Redis 6.2). Holds acquired together (the usual tick) fall in
+/// the first step, with no step boundary to split their slots (steps counted from the clock
+/// split 3,000 holds acquired within 289 ms: 1,006 calls for 1,002 keys in one tick of
+/// tests/cluster/watchdog.rs, over its bound of 1,005). A hold sent after others of its step
+/// gives up at most a sixth of a lease of order, and a renewal is due a third into it.
 fn chunks(batch: &[Arc<Hold>], mut idx: Vec<usize>) -> Vec<Vec<usize>> {
-    let now = Instant::now();
+    let first = idx.iter().map(|&i| batch[i].valid_until()).min();
+    let first = first.unwrap_or_else(Instant::now);
     idx.sort_by_cached_key(|&i| {
         let h = &batch[i];
-        let step = (h.lease / 12).as_millis().max(1);
-        let left = h.valid_until().saturating_duration_since(now).as_millis() / step;
-        (h.kind.id(), left, cluster_slot(&h.keys.key))
+        let step = (h.lease / 6).as_millis().max(1);
+        let after = h.valid_until().saturating_duration_since(first).as_millis() / step;
+        (h.kind.id(), after, cluster_slot(&h.keys.key))
     });
     let mut calls: Vec<Vec<usize>> = idx
         .chunk_by(|&a, &b| batch[a].kind.id() == batch[b].kind.id())
