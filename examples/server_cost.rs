@@ -50,7 +50,7 @@ use dlock::LockClient;
 use support::cluster::{plain_connection, Cluster};
 use support::Db;
 
-use ceiling::{Ceiling, Load, Target};
+use ceiling::{CeilingRun, Load, Target};
 use stats::Servers;
 use subjects::{Ids, Kind, Subject};
 
@@ -78,9 +78,10 @@ struct Args {
     /// Tasks calling at once in the per-call stretches.
     #[arg(long, default_value_t = 64)]
     tasks: usize,
-    /// Only the rows whose label starts with this (e.g. `dlock plain`, `Redisson`, `rslock`).
-    #[arg(long)]
-    only: Option<String>,
+    /// Only the rows whose label starts with one of these, comma-separated (e.g. `dlock plain`,
+    /// `Redisson`, `SET`).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
     /// Rounds of the per-call table: each measures every row (in an order that rotates), and
     /// each cell is the median of the rounds.
     #[arg(long, default_value_t = 1)]
@@ -88,13 +89,22 @@ struct Args {
     /// Seconds of each ceiling run; 0 skips the ceiling.
     #[arg(long, default_value_t = 3.0)]
     ceiling_secs: f64,
+    /// Rounds of the ceiling: each runs every load (in an order that rotates); the table gives
+    /// medians, and each dlock load's server CPU per cycle over its peer's is taken round by
+    /// round.
+    #[arg(long, default_value_t = 1)]
+    ceiling_rounds: usize,
+    /// Only the ceiling loads whose label starts with one of these, comma-separated (e.g.
+    /// `dlock plain,Redisson's own RFencedLock`).
+    #[arg(long, value_delimiter = ',')]
+    ceiling_only: Vec<String>,
     /// Pipelining connections per loaded node in the ceiling runs.
     #[arg(long, default_value_t = 4)]
     workers: usize,
     /// Cycles per pipeline in the ceiling runs.
     #[arg(long, default_value_t = 64)]
     depth: usize,
-    /// Tasks of the API ceiling run.
+    /// Tasks of the API ceiling run; 0 skips it.
     #[arg(long, default_value_t = 128)]
     api_tasks: usize,
 }
@@ -223,6 +233,25 @@ async fn main() {
             fenced: true,
         },
     ));
+    for (label, load) in [
+        (
+            "dlock plain scripts sent raw, as the peers' are",
+            Load::DlockScripts,
+        ),
+        (
+            "dlock RLock kind scripts sent raw, as the peers' are",
+            Load::DlockRlockKind,
+        ),
+    ] {
+        rows.push((
+            label.to_owned(),
+            Subject::DlockRaw {
+                db: setup.db().await,
+                ids: Ids::new(&format!("{run}:{load:?}")),
+                load,
+            },
+        ));
+    }
     rows.push((
         "SET NX PX + compare-and-delete script (what rslock sends)".to_owned(),
         Subject::Rslock {
@@ -231,9 +260,7 @@ async fn main() {
         },
     ));
     rows.retain(|(label, _)| {
-        args.only
-            .as_ref()
-            .is_none_or(|o| label.starts_with(o.as_str()))
+        args.only.is_empty() || args.only.iter().any(|o| label.starts_with(o.as_str()))
     });
 
     println!(
@@ -298,7 +325,7 @@ async fn measure_ceilings(
     setup: &Setup,
     servers: &mut Servers,
     client: &LockClient,
-) -> Vec<(String, Ceiling)> {
+) -> Vec<CeilingRun> {
     let target = |node: usize| Target {
         url: setup.node_urls[node].clone(),
         bases: ceiling::bases_for(node, args.workers, args.depth, &|k| setup.on_node(node, k)),
@@ -306,39 +333,75 @@ async fn measure_ceilings(
     let one = vec![target(0)];
     let all: Vec<Target> = (0..setup.node_urls.len()).map(target).collect();
     let mut out = Vec::new();
-    for load in [Load::DlockScripts, Load::RedissonScripts, Load::Rslock] {
-        let c = ceiling::scripts(load, &one, servers, args.ceiling_secs).await;
-        eprintln!("ceiling {}: {:.0}/s", load.label(), c.per_sec());
-        out.push((load.label().to_owned(), c));
-        if setup.cluster.is_some() {
-            let c = ceiling::scripts(load, &all, servers, args.ceiling_secs).await;
+    let loads: Vec<Load> = Load::ALL
+        .into_iter()
+        .filter(|l| {
+            args.ceiling_only.is_empty()
+                || args
+                    .ceiling_only
+                    .iter()
+                    .any(|o| l.label().starts_with(o.as_str()))
+        })
+        .collect();
+    for round in 0..args.ceiling_rounds.max(1) {
+        for k in 0..loads.len() {
+            // As in the per-call table: a drifting load falls on a different row each round.
+            let load = loads[(k + round) % loads.len()];
+            let c = ceiling::scripts(load, &one, servers, args.ceiling_secs).await;
             eprintln!(
-                "ceiling {}, all masters: {:.0}/s",
+                "round {round}, ceiling {}: {:.0}/s ({} cycles)",
                 load.label(),
-                c.per_sec()
+                c.per_sec(),
+                c.cycles
             );
-            out.push((load.label().to_owned(), c));
+            out.push(CeilingRun {
+                label: load.label().to_owned(),
+                load: Some(load),
+                round,
+                ceiling: c,
+            });
+            if setup.cluster.is_some() {
+                let c = ceiling::scripts(load, &all, servers, args.ceiling_secs).await;
+                eprintln!(
+                    "round {round}, ceiling {}, all masters: {:.0}/s",
+                    load.label(),
+                    c.per_sec()
+                );
+                out.push(CeilingRun {
+                    label: load.label().to_owned(),
+                    load: Some(load),
+                    round,
+                    ceiling: c,
+                });
+            }
         }
     }
+    if args.api_tasks == 0 {
+        return out;
+    }
     let c = ceiling::api(client, args.api_tasks, servers, args.ceiling_secs).await;
-    out.push((
-        format!(
+    out.push(CeilingRun {
+        label: format!(
             "dlock plain through the API, {} tasks on one client",
             args.api_tasks
         ),
-        c,
-    ));
+        load: None,
+        round: 0,
+        ceiling: c,
+    });
     out
 }
 
 /// On a cluster: each load's cycles per second on every master over those on one.
-fn print_factors(rows: &[(String, Ceiling)]) {
+fn print_factors(rows: &[CeilingRun]) {
     println!();
-    for load in [Load::DlockScripts, Load::RedissonScripts, Load::Rslock] {
+    for load in Load::ALL {
         let of = |many: bool| {
-            rows.iter()
-                .find(|(l, c)| l == load.label() && (c.nodes > 1) == many)
-                .map(|(_, c)| c.per_sec())
+            report::median(
+                rows.iter()
+                    .filter(|r| r.load == Some(load) && (r.ceiling.nodes > 1) == many)
+                    .map(|r| r.ceiling.per_sec()),
+            )
         };
         if let (Some(one), Some(all)) = (of(false), of(true)) {
             println!(

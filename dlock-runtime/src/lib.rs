@@ -408,6 +408,21 @@
 //! callgrind does not count, and the figures of this shared machine move by more than the gap
 //! between the two counts.
 //!
+//! The whole server's work per cycle, in steady state: `perf/server_instructions.sh` runs each of
+//! `server_cost`'s pipelined loads (keys reused, so the server's memory stays level) against a
+//! Redis under callgrind, networking and reply writing included. Redis 7.0, two runs, the same
+//! to 2 %: dlock plain 127.7-127.9k instructions per cycle against RFencedLock's own scripts
+//! 111.6-112.0k (**1.14-1.15x**, target 1.25x); the `RLock` kind 106.9-109.0k against `RLock`'s
+//! own 97.3-99.4k (**1.10x**, target 1.15x). Time on this machine cannot judge gaps that size:
+//! `server_cost -- --ceiling-rounds 15` (server pinned to one core, the client to the other)
+//! gave server CPU per cycle ratios of 1.04-1.65 (median 1.25) and 0.68-1.66 (median 1.31) round
+//! by round, and 1.13 / 1.11 in a 12-round run an hour earlier. The per-call table (fresh keys,
+//! held, so the server grows its tables as it goes; 15 rounds) puts the plain acquire at 1.67x
+//! RFencedLock's when the scripts are sent raw, as the peers' are, and the release level
+//! (13.0 / 12.6 µs); the `RLock` kind's scripts sent raw 1.12x `RLock`'s cycle. Through the API
+//! the same scripts read 13-26 % more script time than sent raw (longer key names and owner
+//! ids, and calls that arrive as the client's tasks make them; not traced further).
+//!
 //! One core's ceiling before issue 39's cuts (pipelined scripts from 4 connections, 3 s):
 //! dlock plain 62-73k cycles/s, Redisson's own RLock scripts 110k, rslock's commands
 //! 333-377k; through the API with 128 tasks on one client 37-42k (the client shares the 2

@@ -3,7 +3,12 @@
 //! Scripts: `workers` connections per node, each sending pipelines of `depth` acquires then
 //! their `depth` releases, on keys of its own that hash to that node, for a fixed time. dlock's
 //! plain scripts go as EVALSHA of `lua/lock/` (the library's FCALL costs the same script time;
-//! the per-call table has both), next to Redisson's own scripts and rslock's commands.
+//! the per-call table has both), and so do the RLock kind's (`lua/redisson/`), next to
+//! Redisson's own RLock and RFencedLock scripts and rslock's commands: the issue-39 targets
+//! compare the plain lock with RFencedLock (both hand out tokens) and the RLock kind with
+//! RLock. Keys are reused from pipeline to pipeline, so the server's memory stays level and
+//! the figures are the scripts' steady cost (fresh keys held, as in the per-call table, make
+//! the server grow its memory and rehash its tables, which costs time no script is asking).
 //! The API: many tasks, each acquiring and releasing a lock of its own through a `LockClient`,
 //! where the client's own work (on the same cores as the servers here) may be the limit.
 
@@ -20,28 +25,65 @@ static DLOCK_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../dlock-runtime/lua/lock/acquire.lua")));
 static DLOCK_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../dlock-runtime/lua/lock/release.lua")));
+static DLOCK_RLOCK_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(include_str!(
+        "../../dlock-runtime/lua/redisson/lock_acquire.lua"
+    ))
+});
+static DLOCK_RLOCK_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(include_str!(
+        "../../dlock-runtime/lua/redisson/lock_release.lua"
+    ))
+});
 
 /// What the pipelines send.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Load {
     DlockScripts,
+    DlockRlockKind,
     RedissonScripts,
+    RedissonFenced,
     Rslock,
 }
 
 impl Load {
+    pub const ALL: [Load; 5] = [
+        Load::DlockScripts,
+        Load::RedissonFenced,
+        Load::DlockRlockKind,
+        Load::RedissonScripts,
+        Load::Rslock,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             Load::DlockScripts => "dlock plain scripts (EVALSHA, pipelined)",
+            Load::DlockRlockKind => "dlock RLock kind scripts (EVALSHA, pipelined)",
             Load::RedissonScripts => "Redisson's own RLock scripts (pipelined)",
+            Load::RedissonFenced => "Redisson's own RFencedLock scripts (pipelined)",
             Load::Rslock => "SET NX PX + compare-and-delete (pipelined)",
+        }
+    }
+
+    /// The peer a dlock load is held to (issue 39's targets), and the target ratio of server
+    /// CPU per cycle.
+    pub fn peer(self) -> Option<(Load, f64)> {
+        match self {
+            Load::DlockScripts => Some((Load::RedissonFenced, 1.25)),
+            Load::DlockRlockKind => Some((Load::RedissonScripts, 1.15)),
+            _ => None,
         }
     }
 }
 
-/// `SCRIPT LOAD` of dlock's plain scripts on `node` (the raw peers' are loaded elsewhere).
+/// `SCRIPT LOAD` of dlock's scripts on `node` (the raw peers' are loaded elsewhere).
 pub async fn load_dlock_scripts(node: &mut MultiplexedConnection) {
-    for s in [&*DLOCK_ACQUIRE, &*DLOCK_RELEASE] {
+    for s in [
+        &*DLOCK_ACQUIRE,
+        &*DLOCK_RELEASE,
+        &*DLOCK_RLOCK_ACQUIRE,
+        &*DLOCK_RLOCK_RELEASE,
+    ] {
         s.prepare_invoke()
             .load_async(node)
             .await
@@ -71,8 +113,22 @@ impl Ceiling {
 
     /// Cycles per second of server CPU: what one Redis core would do if this load kept it busy.
     pub fn per_core_sec(&self) -> f64 {
-        self.cycles as f64 / ((self.reading.cpu_user_us + self.reading.cpu_sys_us) / 1e6)
+        1e6 / self.cpu_us_per_cycle()
     }
+
+    /// Server CPU (main threads, user + sys) per cycle, µs.
+    pub fn cpu_us_per_cycle(&self) -> f64 {
+        (self.reading.cpu_user_us + self.reading.cpu_sys_us) / self.cycles as f64
+    }
+}
+
+/// One ceiling run of a round, for the report.
+pub struct CeilingRun {
+    pub label: String,
+    /// None for the run through the API.
+    pub load: Option<Load>,
+    pub round: usize,
+    pub ceiling: Ceiling,
 }
 
 /// One node the load goes to: its URL and the names of keys that hash to it.
@@ -164,97 +220,139 @@ fn pipeline(load: Load, bases: &[String], round: &str) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     let owner = |i: usize| format!("o:{round}:{i}");
     for (i, b) in bases.iter().enumerate() {
-        match load {
-            Load::DlockScripts => {
-                // As store/redis/kinds/plain.rs sends a top-level acquire: the slot's fencing
-                // counter, the owner's done latch; lease, owner (the counter's lifetime is
-                // the script's default).
-                pipe.cmd("EVALSHA")
-                    .arg(DLOCK_ACQUIRE.get_hash())
-                    .arg(3)
-                    .arg(b)
-                    .arg(dlock::inspect::fence_counter("dlock:", b))
-                    .arg(format!("{b}:latch:done:{}", owner(i)))
-                    .arg(600_000)
-                    .arg(owner(i));
-            }
-            Load::RedissonScripts => {
-                pipe.cmd("EVALSHA")
-                    .arg(crate::subjects::redisson_acquire_hash())
-                    .arg(1)
-                    .arg(b)
-                    .arg(600_000)
-                    .arg(owner(i));
-            }
-            Load::Rslock => {
-                pipe.cmd("SET")
-                    .arg(b)
-                    .arg(owner(i))
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(600_000);
-            }
-        }
+        pipe.add_command(acquire_call(load, b, &owner(i)));
     }
     for (i, b) in bases.iter().enumerate() {
-        match load {
-            Load::DlockScripts => {
-                pipe.cmd("EVALSHA")
-                    .arg(DLOCK_RELEASE.get_hash())
-                    .arg(4)
-                    .arg(b)
-                    .arg(format!("{b}:chan"))
-                    .arg(format!("{b}:latch:{round}:{i}"))
-                    .arg(format!("{b}:latch:done:{}", owner(i)))
-                    .arg(owner(i))
-                    .arg(600_000)
-                    .arg(5_000);
-            }
-            Load::RedissonScripts => {
-                pipe.cmd("EVALSHA")
-                    .arg(crate::subjects::redisson_release_hash())
-                    .arg(3)
-                    .arg(b)
-                    .arg(format!("redisson_lock__channel:{b}"))
-                    .arg(format!("redisson_unlock_latch:{b}:{round}:{i}"))
-                    .arg(owner(i))
-                    .arg(600_000)
-                    .arg(5_000);
-            }
-            Load::Rslock => {
-                pipe.cmd("EVALSHA")
-                    .arg(crate::subjects::rslock_release_hash())
-                    .arg(1)
-                    .arg(b)
-                    .arg(owner(i));
-            }
-        }
+        pipe.add_command(release_call(load, b, &owner(i), &format!("{round}:{i}")));
     }
     pipe
+}
+
+/// A top-level acquire of `key` (a `{...}` base, so all of a lock's keys share its slot) by
+/// `owner`, as each library sends it.
+pub fn acquire_call(load: Load, key: &str, owner: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    match load {
+        Load::DlockScripts => {
+            // As store/redis/kinds/plain.rs sends a top-level acquire: the slot's fencing
+            // counter, the owner's done latch; lease, owner (the counter's lifetime is the
+            // script's default).
+            cmd.arg(DLOCK_ACQUIRE.get_hash())
+                .arg(3)
+                .arg(key)
+                .arg(dlock::inspect::fence_counter("dlock:", key))
+                .arg(format!("{key}:latch:done:{owner}"))
+                .arg(600_000)
+                .arg(owner);
+        }
+        Load::DlockRlockKind => {
+            cmd.arg(DLOCK_RLOCK_ACQUIRE.get_hash())
+                .arg(1)
+                .arg(key)
+                .arg(600_000)
+                .arg(owner);
+        }
+        Load::RedissonScripts => {
+            cmd.arg(crate::subjects::redisson_acquire_hash())
+                .arg(1)
+                .arg(key)
+                .arg(600_000)
+                .arg(owner);
+        }
+        Load::RedissonFenced => {
+            cmd.arg(crate::subjects::redisson_fenced_acquire_hash())
+                .arg(2)
+                .arg(key)
+                .arg(format!("redisson_lock_token:{key}"))
+                .arg(600_000)
+                .arg(owner);
+        }
+        Load::Rslock => {
+            cmd = redis::cmd("SET");
+            cmd.arg(key).arg(owner).arg("NX").arg("PX").arg(600_000);
+        }
+    }
+    cmd
+}
+
+/// The release of `owner`'s only hold of `key`; `request` names its latch.
+pub fn release_call(load: Load, key: &str, owner: &str, request: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    match load {
+        Load::DlockScripts => {
+            cmd.arg(DLOCK_RELEASE.get_hash())
+                .arg(4)
+                .arg(key)
+                .arg(format!("{key}:chan"))
+                .arg(format!("{key}:latch:{request}"))
+                .arg(format!("{key}:latch:done:{owner}"))
+                .arg(owner)
+                .arg(600_000)
+                .arg(5_000);
+        }
+        Load::DlockRlockKind => {
+            cmd.arg(DLOCK_RLOCK_RELEASE.get_hash())
+                .arg(3)
+                .arg(key)
+                .arg(format!("redisson_lock__channel:{key}"))
+                .arg(format!("redisson_unlock_latch:{key}:{request}"))
+                .arg(owner)
+                .arg(600_000)
+                .arg(5_000)
+                .arg("PUBLISH");
+        }
+        Load::RedissonScripts | Load::RedissonFenced => {
+            cmd.arg(crate::subjects::redisson_release_hash())
+                .arg(3)
+                .arg(key)
+                .arg(format!("redisson_lock__channel:{key}"))
+                .arg(format!("redisson_unlock_latch:{key}:{request}"))
+                .arg(owner)
+                .arg(600_000)
+                .arg(5_000);
+        }
+        Load::Rslock => {
+            cmd.arg(crate::subjects::rslock_release_hash())
+                .arg(1)
+                .arg(key)
+                .arg(owner);
+        }
+    }
+    cmd
 }
 
 /// Every acquire granted and every release freeing: a ceiling of refusals would be no ceiling.
 fn check(load: Load, replies: &[Value]) {
     let (acquires, releases) = replies.split_at(replies.len() / 2);
-    for a in acquires {
-        let ok = match load {
-            Load::DlockScripts => {
-                matches!(a, Value::Array(v) if matches!(v.first(), Some(Value::Int(1))))
-            }
-            Load::RedissonScripts => matches!(a, Value::Nil),
-            Load::Rslock => matches!(a, Value::Okay),
-        };
-        assert!(ok, "{load:?}: an acquire was refused: {a:?}");
-    }
-    for r in releases {
-        let ok = match load {
-            Load::DlockScripts => {
-                matches!(r, Value::Array(v) if matches!(v.first(), Some(Value::Int(0))))
-            }
-            Load::RedissonScripts | Load::Rslock => matches!(r, Value::Int(1)),
-        };
-        assert!(ok, "{load:?}: a release did not free: {r:?}");
-    }
+    acquires.iter().for_each(|a| check_acquire(load, a));
+    releases.iter().for_each(|r| check_release(load, r));
+}
+
+pub fn check_acquire(load: Load, reply: &Value) {
+    let ok = match load {
+        Load::DlockScripts | Load::DlockRlockKind => {
+            matches!(reply, Value::Array(v) if matches!(v.first(), Some(Value::Int(1))))
+        }
+        Load::RedissonScripts => matches!(reply, Value::Nil),
+        // {false, token}: Lua's false is a nil element.
+        Load::RedissonFenced => {
+            matches!(reply, Value::Array(v) if matches!(v.as_slice(), [Value::Nil, Value::Int(_)]))
+        }
+        Load::Rslock => matches!(reply, Value::Okay),
+    };
+    assert!(ok, "{load:?}: an acquire was refused: {reply:?}");
+}
+
+pub fn check_release(load: Load, reply: &Value) {
+    let ok = match load {
+        Load::DlockScripts | Load::DlockRlockKind => {
+            matches!(reply, Value::Array(v) if matches!(v.first(), Some(Value::Int(0))))
+        }
+        Load::RedissonScripts | Load::RedissonFenced | Load::Rslock => {
+            matches!(reply, Value::Int(1))
+        }
+    };
+    assert!(ok, "{load:?}: a release did not free: {reply:?}");
 }
 
 /// `tasks` tasks, each acquiring and releasing its own lock through `client` for `secs`.

@@ -1,7 +1,7 @@
 //! The tables: per call (script time and server CPU) and the ceiling, in Markdown so they go
 //! into a note as printed.
 
-use crate::ceiling::Ceiling;
+use crate::ceiling::{Ceiling, CeilingRun, Load};
 use crate::phases::Costs;
 use crate::stats::Reading;
 
@@ -85,20 +85,73 @@ pub fn per_call(rows: &[(String, Vec<Costs>)]) {
     }
 }
 
-pub fn ceilings(rows: &[(String, Ceiling)]) {
-    println!("\n### Throughput ceiling (cycles on distinct keys until the time is up)\n");
+/// The median of `values` (the upper one of an even count), None when there are none.
+pub fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
+pub fn ceilings(runs: &[CeilingRun]) {
+    let rounds = runs.iter().map(|r| r.round + 1).max().unwrap_or(1);
+    println!(
+        "\n### Throughput ceiling (cycles on distinct keys until the time is up; median of \
+         {rounds} round(s))\n"
+    );
     println!(
         "| load | nodes loaded | cycles/s | server CPU (main threads, % of one core, summed) | \
-         cycles per server-CPU second |"
+         server CPU per cycle | cycles per server-CPU second |"
     );
-    println!("|---|---|---|---|---|");
-    for (label, c) in rows {
+    println!("|---|---|---|---|---|---|");
+    let mut seen: Vec<(&str, usize)> = Vec::new();
+    for run in runs {
+        let row = (run.label.as_str(), run.ceiling.nodes);
+        if seen.contains(&row) {
+            continue;
+        }
+        seen.push(row);
+        let of = |f: fn(&Ceiling) -> f64| {
+            median(
+                runs.iter()
+                    .filter(|r| (r.label.as_str(), r.ceiling.nodes) == row)
+                    .map(|r| f(&r.ceiling)),
+            )
+            .unwrap_or(f64::NAN)
+        };
         println!(
-            "| {label} | {} | {:.0} | {:.0} % | {:.0} |",
-            c.nodes,
-            c.per_sec(),
-            c.cpu_percent(),
-            c.per_core_sec()
+            "| {} | {} | {:.0} | {:.0} % | {:.2} us | {:.0} |",
+            run.label,
+            run.ceiling.nodes,
+            of(Ceiling::per_sec),
+            of(Ceiling::cpu_percent),
+            of(Ceiling::cpu_us_per_cycle),
+            of(Ceiling::per_core_sec),
+        );
+    }
+    // Each dlock load against its peer, round by round: both ran minutes apart at most, so a
+    // drifting machine moves both.
+    for load in Load::ALL {
+        let Some((peer, target)) = load.peer() else {
+            continue;
+        };
+        let one = |l: Load, round: usize| {
+            runs.iter()
+                .find(|r| r.load == Some(l) && r.round == round && r.ceiling.nodes == 1)
+                .map(|r| r.ceiling.cpu_us_per_cycle())
+        };
+        let ratios: Vec<f64> = (0..rounds)
+            .filter_map(|round| Some(one(load, round)? / one(peer, round)?))
+            .collect();
+        if ratios.is_empty() {
+            continue;
+        }
+        let list: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+        println!(
+            "\n{} / {}: server CPU per cycle {}x by round, median {:.2}x (target {target:.2}x)",
+            load.label(),
+            peer.label(),
+            list.join(", "),
+            median(ratios.iter().copied()).unwrap_or(f64::NAN),
         );
     }
 }

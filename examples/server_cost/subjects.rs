@@ -9,6 +9,7 @@ use std::time::Duration;
 use dlock::redis::{self, aio::ConnectionLike, Script, Value};
 use dlock::{LockClient, LockGuard, MultiGuard, Permit};
 
+use crate::ceiling::Load;
 use crate::support::Db;
 
 /// The watchdog's lease for dlock's holds: long enough that no renewal (which is a script
@@ -132,6 +133,14 @@ pub enum Subject {
         db: Db,
         ids: Ids,
     },
+    /// dlock's own scripts for a top-level acquire and a release, sent as the peers' are (one
+    /// EVALSHA each on a shared connection): beside the API's row of the same kind, this
+    /// separates what the scripts cost from how the client's calls reach the server.
+    DlockRaw {
+        db: Db,
+        ids: Ids,
+        load: Load,
+    },
 }
 
 /// Fresh owner and request ids for the raw peers.
@@ -178,6 +187,7 @@ impl Subject {
             Subject::Dlock { .. } => &["fcall", "evalsha", "eval"],
             Subject::RedissonScripts { .. } => &["evalsha", "eval"],
             Subject::Rslock { .. } => &["set", "evalsha", "eval"],
+            Subject::DlockRaw { .. } => &["evalsha", "eval"],
         }
     }
 
@@ -185,7 +195,9 @@ impl Subject {
         match self {
             Subject::Dlock { kind, .. } => *kind != Kind::Semaphore,
             Subject::RedissonScripts { .. } => true,
-            Subject::Rslock { .. } => false,
+            // A re-entry goes through another script (lua/lock/reenter.lua); the API's rows
+            // measure it.
+            Subject::Rslock { .. } | Subject::DlockRaw { .. } => false,
         }
     }
 
@@ -212,6 +224,16 @@ impl Subject {
                     .await
                     .expect("SET NX PX");
                 assert!(ok.is_some(), "{key} was taken");
+                Held::Raw { key, owner }
+            }
+            Subject::DlockRaw { db, ids, load } => {
+                let owner = ids.fresh();
+                let key = format!("{{{name}}}");
+                let reply: Value = crate::ceiling::acquire_call(*load, &key, &owner)
+                    .query_async(&mut db.clone())
+                    .await
+                    .expect("dlock acquire script");
+                crate::ceiling::check_acquire(*load, &reply);
                 Held::Raw { key, owner }
             }
         }
@@ -272,6 +294,13 @@ impl Subject {
                     matches!(left, Some(0 | 1)),
                     "{key}: unlock answered {left:?}"
                 );
+            }
+            (Subject::DlockRaw { db, ids, load }, Held::Raw { key, owner }) => {
+                let reply: Value = crate::ceiling::release_call(*load, &key, &owner, &ids.fresh())
+                    .query_async(&mut db.clone())
+                    .await
+                    .expect("dlock release script");
+                crate::ceiling::check_release(*load, &reply);
             }
             (Subject::Rslock { db, .. }, Held::Raw { key, owner }) => {
                 let n: i64 = RSLOCK_RELEASE_SCRIPT
@@ -365,6 +394,10 @@ pub async fn load_raw_scripts(node: &mut impl ConnectionLike) {
 /// The hashes the ceiling's pipelines send as EVALSHA.
 pub fn redisson_acquire_hash() -> &'static str {
     REDISSON_ACQUIRE_SCRIPT.get_hash()
+}
+
+pub fn redisson_fenced_acquire_hash() -> &'static str {
+    REDISSON_FENCED_ACQUIRE_SCRIPT.get_hash()
 }
 
 pub fn redisson_release_hash() -> &'static str {
