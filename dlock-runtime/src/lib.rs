@@ -410,10 +410,10 @@
 //!
 //! The whole server's work per cycle, in steady state: `perf/server_instructions.sh` runs each of
 //! `server_cost`'s pipelined loads (keys reused, so the server's memory stays level) against a
-//! Redis under callgrind, networking and reply writing included. Redis 7.0, two runs, the same
-//! to 2 %: dlock plain 127.7-127.9k instructions per cycle against RFencedLock's own scripts
-//! 111.6-112.0k (**1.14-1.15x**, target 1.25x); the `RLock` kind 106.9-109.0k against `RLock`'s
-//! own 97.3-99.4k (**1.10x**, target 1.15x). Time on this machine cannot judge gaps that size:
+//! Redis under callgrind, networking and reply writing included. Redis 7.0, three runs, the same
+//! to 2 %: dlock plain 126.4-127.9k instructions per cycle against RFencedLock's own scripts
+//! 110.2-112.0k (**1.14-1.15x**, target 1.25x); the `RLock` kind 106.9-109.0k against `RLock`'s
+//! own 97.1-99.4k (**1.10-1.12x**, target 1.15x). Time on this machine cannot judge gaps that size:
 //! `server_cost -- --ceiling-rounds 15` (server pinned to one core, the client to the other)
 //! gave server CPU per cycle ratios of 1.04-1.65 (median 1.25) and 0.68-1.66 (median 1.31) round
 //! by round, and 1.13 / 1.11 in a 12-round run an hour earlier. The per-call table (fresh keys,
