@@ -6,8 +6,20 @@
 //! Where the server runs on this machine, also the server's CPU time per cycle (every server
 //! process's time on a CPU, from `/proc/<pid>/schedstat`, summed over the cycles), beside the
 //! same for one `SELECT 1`.
+//!
+//! Beside the handoffs, their floors with nothing of dlock in them (plain tokio-postgres, the
+//! same idle time first): **NOTIFY floor**, a bare `SELECT pg_notify(..)` in autocommit until a
+//! task woken by the notification on another connection runs, the least any release that
+//! wakes its waiter by NOTIFY can take; **NOTIFY + round trip**, that task then sending a
+//! `SELECT 1` on a connection of its own, the least for a waiter that must ask again after the
+//! wake-up (dlock's plain lock). A server-side waiter (an advisory lock the waiting session
+//! blocks on, as the peer does) is woken inside the server, with no message to a client first.
 
 use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio_postgres::AsyncMessage;
 
 use distributed_lock_core::traits::{DistributedLock, LockHandle, LockProvider};
 use distributed_lock_postgres::PostgresLockProvider;
@@ -77,6 +89,81 @@ async fn select1(
     (median(v), cpu)
 }
 
+/// The floor rows' parts: a connection that LISTENs, whose notifications reach a waiting task
+/// through a channel (as dlock's listener hands them to waiters), one that notifies, and the
+/// waiter's own connection for its round trip.
+struct Floor {
+    notifier: tokio_postgres::Client,
+    waiter: tokio_postgres::Client,
+    heard: mpsc::UnboundedReceiver<()>,
+    _listener: tokio_postgres::Client,
+}
+
+impl Floor {
+    async fn open(url: &str) -> Floor {
+        let (listener, mut conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        let (tx, heard) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut messages = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+            while let Some(Ok(message)) = messages.next().await {
+                if let AsyncMessage::Notification(_) = message {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        listener
+            .simple_query("LISTEN dlock_floor")
+            .await
+            .expect("LISTEN");
+        let connect = || async {
+            let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                .await
+                .expect("connect");
+            tokio::spawn(conn);
+            client
+        };
+        Floor {
+            notifier: connect().await,
+            waiter: connect().await,
+            heard,
+            _listener: listener,
+        }
+    }
+
+    /// One sample after `idle`: (until the woken task runs, until its `SELECT 1` is answered).
+    async fn sample(&mut self, idle: Duration) -> (Duration, Duration) {
+        tokio::time::sleep(idle).await;
+        let Floor {
+            notifier,
+            waiter,
+            heard,
+            ..
+        } = self;
+        let started = Instant::now();
+        let (woken, answered) = tokio::join!(
+            async {
+                tokio::time::timeout(Duration::from_secs(10), heard.recv())
+                    .await
+                    .expect("no notification within 10 s")
+                    .expect("listener gone");
+                let woken = Instant::now();
+                waiter.simple_query("SELECT 1").await.expect("SELECT 1");
+                (woken, Instant::now())
+            },
+            async {
+                notifier
+                    .simple_query("SELECT pg_notify('dlock_floor', 'released')")
+                    .await
+                    .expect("NOTIFY");
+            }
+        )
+        .0;
+        (woken - started, answered - started)
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let server;
@@ -115,7 +202,18 @@ async fn main() {
     let (mut our_cpu, mut their_cpu) = (Vec::new(), Vec::new());
     let (mut our_handoffs, mut their_handoffs) = (Vec::new(), Vec::new());
     let mut fair_handoffs = Vec::new();
+    let mut floor = Floor::open(&url).await;
+    let (mut notify_floor, mut ask_floor) = (Vec::new(), Vec::new());
+    // How long the holder's release call takes in the plain handoff (its reply comes after
+    // the commit that sends the NOTIFY).
+    let mut release_calls = Vec::new();
     for round in 0..ROUNDS {
+        // The floors, first in each round as the peers are interleaved.
+        for _ in 0..HANDOFFS {
+            let (woken, answered) = floor.sample(PARKED).await;
+            notify_floor.push(woken);
+            ask_floor.push(answered);
+        }
         // dlock: the uncontended cycle.
         let lock = a.lock("peers:cycle");
         let before = server_cpu(&admin).await;
@@ -152,6 +250,7 @@ async fn main() {
             tokio::time::sleep(PARKED).await;
             let released = Instant::now();
             g.release().await.expect("release");
+            release_calls.push(released.elapsed());
             our_handoffs.push(next.await.expect("task").duration_since(released));
         }
         // dlock's fair lock: the release grants the parked waiter and NOTIFYs it.
@@ -226,6 +325,9 @@ async fn main() {
         ("dlock (NOTIFY)", our_handoffs),
         ("dlock fair (grant + NOTIFY)", fair_handoffs),
         ("distributed-lock-postgres", their_handoffs),
+        ("NOTIFY floor", notify_floor),
+        ("NOTIFY + round trip floor", ask_floor),
+        ("dlock plain: the holder's release call", release_calls),
     ] {
         let (m, p) = (median(v.clone()), p99(v));
         println!(

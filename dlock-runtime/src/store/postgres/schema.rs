@@ -9,7 +9,7 @@ use super::errors::PgError;
 
 /// The version `migrate` brings a schema to. Raise it whenever `sql/` changes: clients whose
 /// schema is older migrate at connect.
-pub(crate) const VERSION: i32 = 6;
+pub(crate) const VERSION: i32 = 7;
 
 /// Every `CREATE` of the migration, in order; `@schema@` is the quoted schema name, `$body$`
 /// the functions' dollar quote.
