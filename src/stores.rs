@@ -107,8 +107,25 @@
 //!   trips of a `SELECT 1` sent after the same idle time (5.4-6.5 before), the peer's 1.4-1.9:
 //!   two server calls on connections that sat idle (the release, whose commit sends the
 //!   NOTIFY, then the waiter's acquire) take 0.7 and 0.5 ms of the 1.4 ms; the waiter's wake
-//!   between them, 0.05 ms. Getting near the peer needs the release to grant the lock to a
-//!   waiter itself, as the fair lock's does.
+//!   between them, 0.05 ms. Schema version 7 sweeps the tables other than latches and plain
+//!   locks one op in 64 instead of one in eight (as many rows an op): the server's time in the
+//!   plain acquire and release 295-375 µs a cycle, was 395-440 (pgbench with one client on
+//!   100 keys, `pg_stat_user_functions`, 3 rounds of each interleaved); `perf/pg-peers` (2
+//!   runs of each interleaved) puts the handoff at 3.8-4.0 idle round trips (4.3-4.5 before)
+//!   and the server's CPU per cycle at 1.7-1.9x the peer's (2.0-2.1x before; the runs above,
+//!   of an earlier session, gave 1.0-1.5x: not traced).
+//!
+//!   Where the handoff can go: `perf/pg-peers` times the same chain with nothing of dlock in
+//!   it. A bare `SELECT pg_notify(..)` until a task woken by it on another connection runs
+//!   takes 1.3-1.5 idle round trips, and that task's `SELECT 1` on its own connection brings it
+//!   to 1.8-2.1: the floor of any lock that wakes its waiter by NOTIFY, with nothing of a lease
+//!   written. The peer's 1.5-1.7 is below it because its waiter blocks inside the server on a
+//!   session advisory lock, which needs the lock held by a connection (no lease that outlives
+//!   it, no transaction-mode pooler). The fair lock's release grants the waiter itself (no
+//!   second call) and measures 3.7-4.3 against the plain lock's 3.8-4.5 in the same runs: the
+//!   time is in the release's own call (2.4-3.1 idle round trips: an idle connection, the
+//!   function, a row written and the commit that sends the NOTIFY), not in the waiter's call
+//!   after it, so a direct grant for the plain lock would buy little.
 //!
 //! # ZooKeeper
 //!
