@@ -78,9 +78,9 @@ struct Args {
     /// Tasks calling at once in the per-call stretches.
     #[arg(long, default_value_t = 64)]
     tasks: usize,
-    /// Only the rows whose label starts with one of these, comma-separated (e.g. `dlock plain`,
-    /// `Redisson`, `SET`).
-    #[arg(long, value_delimiter = ',')]
+    /// Only the rows whose label starts with one of these, `;`-separated (labels hold commas),
+    /// e.g. `dlock plain;Redisson`.
+    #[arg(long, value_delimiter = ';')]
     only: Vec<String>,
     /// Rounds of the per-call table: each measures every row (in an order that rotates), and
     /// each cell is the median of the rounds.
@@ -94,9 +94,9 @@ struct Args {
     /// round.
     #[arg(long, default_value_t = 1)]
     ceiling_rounds: usize,
-    /// Only the ceiling loads whose label starts with one of these, comma-separated (e.g.
-    /// `dlock plain,Redisson's own RFencedLock`).
-    #[arg(long, value_delimiter = ',')]
+    /// Only the ceiling loads whose label starts with one of these, `;`-separated (e.g.
+    /// `dlock plain;Redisson's own RFencedLock`).
+    #[arg(long, value_delimiter = ';')]
     ceiling_only: Vec<String>,
     /// Pipelining connections per loaded node in the ceiling runs.
     #[arg(long, default_value_t = 4)]
@@ -343,6 +343,14 @@ async fn measure_ceilings(
                     .any(|o| l.label().starts_with(o.as_str()))
         })
         .collect();
+    if loads.is_empty() {
+        eprintln!(
+            "--ceiling-only {:?} names no load; the loads: {:?}",
+            args.ceiling_only,
+            Load::ALL.map(Load::label)
+        );
+        std::process::exit(2);
+    }
     for round in 0..args.ceiling_rounds.max(1) {
         for k in 0..loads.len() {
             // As in the per-call table: a drifting load falls on a different row each round.

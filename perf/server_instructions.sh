@@ -36,7 +36,7 @@ run() {
   for _ in $(seq 300); do "$cli" -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
   REDIS_URL="redis://127.0.0.1:$port" "$bin" --only SET --calls 64 --tasks 4 --ceiling-secs "$secs" \
     --ceiling-only "$load" --api-tasks 0 --workers 2 --depth 32 >"$dir/out.txt" 2>"$dir/err.txt"
-  "$cli" -p "$port" shutdown nosave >/dev/null 2>&1 || true
+  "$cli" -p "$port" shutdown nosave >/dev/null 2>&1 || kill "$vg" 2>/dev/null || true
   wait "$vg" || true
   local cycles ir
   cycles="$(sed -n 's/.*(\([0-9]*\) cycles).*/\1/p' "$dir/err.txt" | head -n 1)"
@@ -48,8 +48,12 @@ run() {
 loads=("dlock plain" "Redisson's own RFencedLock" "dlock RLock kind" "Redisson's own RLock")
 per_cycle=()
 for load in "${loads[@]}"; do
-  read -r c1 i1 <<<"$(run "$load" "$short")"
-  read -r c2 i2 <<<"$(run "$load" "$long")"
+  # A failed run must stop the script: `read` of an empty line would go on with zeros.
+  first="$(run "$load" "$short")" || exit 1
+  second="$(run "$load" "$long")" || exit 1
+  read -r c1 i1 <<<"$first"
+  read -r c2 i2 <<<"$second"
+  [ "$c2" -gt "$c1" ] || { echo "the long run of '$load' did no more cycles than the short one" >&2; exit 1; }
   per_cycle+=($(( (i2 - i1) / (c2 - c1) )))
   printf '%-28s %8d instructions per cycle (%d and %d cycles)\n' "$load" "${per_cycle[-1]}" "$c1" "$c2"
 done

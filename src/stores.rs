@@ -107,9 +107,10 @@
 //!   trips of a `SELECT 1` sent after the same idle time (5.4-6.5 before), the peer's 1.4-1.9:
 //!   two server calls on connections that sat idle (the release, whose commit sends the
 //!   NOTIFY, then the waiter's acquire) take 0.7 and 0.5 ms of the 1.4 ms; the waiter's wake
-//!   between them, 0.05 ms. Schema version 7 sweeps the tables other than latches and plain
-//!   locks one op in 64 instead of one in eight (as many rows an op): the server's time in the
-//!   plain acquire and release 295-375 µs a cycle, was 395-440 (pgbench with one client on
+//!   between them, 0.05 ms. Schema version 7 sweeps the tables that fill at most a row an op
+//!   (markers, intents, long names, counters) one op in 64 instead of one in eight, 128 rows
+//!   at a time (two rows an op; latches, dead holders and unused plain locks as before): the
+//!   server's time in the plain acquire and release 295-375 µs a cycle, was 395-440 (pgbench with one client on
 //!   100 keys, `pg_stat_user_functions`, 3 rounds of each interleaved); `perf/pg-peers` (2
 //!   runs of each interleaved) puts the handoff at 3.8-4.0 idle round trips (4.3-4.5 before)
 //!   and the server's CPU per cycle at 1.7-1.9x the peer's (2.0-2.1x before; the runs above,

@@ -408,8 +408,8 @@
 //! callgrind does not count, and the figures of this shared machine move by more than the gap
 //! between the two counts.
 //!
-//! The whole server's work per cycle, in steady state: `perf/server_instructions.sh` runs each of
-//! `server_cost`'s pipelined loads (keys reused, so the server's memory stays level) against a
+//! The whole server's work per cycle, in steady state: `perf/server_instructions.sh` runs four of
+//! `server_cost`'s pipelined loads (all but rslock's) (keys reused, so the server's memory stays level) against a
 //! Redis under callgrind, networking and reply writing included. Redis 7.0, three runs, the same
 //! to 2 %: dlock plain 126.4-127.9k instructions per cycle against RFencedLock's own scripts
 //! 110.2-112.0k (**1.14-1.15x**, target 1.25x); the `RLock` kind 106.9-109.0k against `RLock`'s

@@ -865,15 +865,14 @@ async fn the_sweep_leaves_a_semaphore_count_to_an_op_under_way() {
         .await
         .unwrap();
     assert_eq!(row.get::<_, i64>(0), 1, "the second permit");
-    // A marker long expired: gone once a sweep has run its part that deletes holds (one call
-    // in eight, in the same call and after the markers). Made after the op's call, which
-    // sweeps too one time in eight: a canary it had deleted inside its open transaction would
-    // stay locked and visible, and every sweep below skip it.
+    // A latch long expired: gone once a sweep has run (one call in eight sweeps). Made after
+    // the op's call, which sweeps too one time in eight: a canary it had deleted inside its
+    // open transaction would stay locked and visible, and every sweep below skip it.
     watch
         .execute(
             &format!(
-                "INSERT INTO {q}.markers (id, expires_at) \
-                 VALUES ('canary', clock_timestamp() - interval '1 hour')"
+                "INSERT INTO {q}.latches (id, result, expires_at) \
+                 VALUES ('canary', 0, clock_timestamp() - interval '1 hour')"
             ),
             &[],
         )
@@ -888,7 +887,7 @@ async fn the_sweep_leaves_a_semaphore_count_to_an_op_under_way() {
     let sweeps = tokio::spawn({
         let q = q.clone();
         async move {
-            let canary = format!("SELECT count(*) FROM {q}.markers WHERE id = 'canary'");
+            let canary = format!("SELECT count(*) FROM {q}.latches WHERE id = 'canary'");
             for _ in 0..400 {
                 sweeper
                     .execute(

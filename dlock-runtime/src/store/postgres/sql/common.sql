@@ -21,16 +21,14 @@ AS $body$ SELECT greatest(0, floor(extract(epoch FROM (p_until - p_now)) * 1000)
 -- in every client (and without a timer that a pooler or a paused client would skip). SKIP
 -- LOCKED, advisory locks taken only without waiting, and the position at the very end of the
 -- caller (nothing waited for after it) keep it from ever blocking or deadlocking an op; LIMIT
--- bounds its cost. One op in eight, up to 32 rows a table: that is four rows an op, more than
--- the one latch or marker an op leaves, at an eighth of the cost (measured: a sweep on every op
--- was a fifth of an uncontended cycle's server time). The caller draws the eighth, which saves
--- the other seven a function call and its search_path switch (issue 39).
--- Latches (one a release) and plain locks (one a new name) are swept on every call; the other
--- tables on one call in eight (one op in 64), up to 256 rows each, still four rows an op (holds
--- 32 keys, for the advisory lock each takes: it only ever holds rows of dead holders). Each
--- statement costs its 10-80 us and plpgsql's own time even when it deletes nothing: sweeping
--- every table on one op in eight was 470 us a call, a quarter of an uncontended cycle's server
--- time (pg_stat_statements under perf/pg-peers, issue 39).
+-- bounds its cost. One op in eight, at an eighth of the cost (measured: a sweep on every op was
+-- a fifth of an uncontended cycle's server time); the caller draws the eighth, which saves the
+-- other seven a function call and its search_path switch (issue 39). Latches (up to two a
+-- release), plain locks (a row a new name) and dead holders' rows are swept on every call, up
+-- to 32 rows or keys each, four an op; the tables that fill more slowly on one call in eight
+-- (see below). Each statement costs its 10-80 us and plpgsql's own time even when it deletes
+-- nothing: sweeping every table on every call was 470 us a call, a quarter of an uncontended
+-- cycle's server time (pg_stat_statements under perf/pg-peers, issue 39).
 CREATE OR REPLACE FUNCTION @schema@.sweep(p_now timestamptz) RETURNS void
 LANGUAGE plpgsql SECURITY INVOKER SET search_path = pg_catalog, pg_temp
 AS $body$
@@ -64,17 +62,6 @@ BEGIN
         AND l.last < @schema@.micros(p_now) - 86400000000;
     END IF;
   END IF;
-  -- The tables below fill only with what few ops leave (a re-entry's marker, a dead holder's
-  -- rows, a long name, a fair or semaphore key's counter): one call in eight, 256 rows each.
-  IF random() >= 0.125 THEN
-    RETURN;
-  END IF;
-  DELETE FROM @schema@.markers WHERE id IN (
-    SELECT m.id FROM @schema@.markers m WHERE m.expires_at < p_now
-    ORDER BY m.expires_at LIMIT 256 FOR UPDATE SKIP LOCKED);
-  DELETE FROM @schema@.intents WHERE key IN (
-    SELECT i.key FROM @schema@.intents i WHERE i.expires_at < p_now
-    LIMIT 256 FOR UPDATE SKIP LOCKED);
   -- Holds of locks nobody touched since they expired (their holder died): a minute's grace
   -- leaves the fresh ones to their own key's next op. Only keys whose advisory lock this
   -- takes without waiting (a busy key is left to its own op, which deletes them itself): an op
@@ -94,6 +81,18 @@ BEGIN
     DELETE FROM @schema@.permits p WHERE p.key = ANY (v_keys)
       AND NOT EXISTS (SELECT 1 FROM @schema@.holds h WHERE h.key = p.key);
   END IF;
+  -- The tables below fill with at most one row an op (a re-entry's marker, a writer's intent,
+  -- a long name, a read-write or fair key's counter): one call in eight (one op in 64), 128
+  -- rows each, two an op.
+  IF random() >= 0.125 THEN
+    RETURN;
+  END IF;
+  DELETE FROM @schema@.markers WHERE id IN (
+    SELECT m.id FROM @schema@.markers m WHERE m.expires_at < p_now
+    ORDER BY m.expires_at LIMIT 128 FOR UPDATE SKIP LOCKED);
+  DELETE FROM @schema@.intents WHERE key IN (
+    SELECT i.key FROM @schema@.intents i WHERE i.expires_at < p_now
+    LIMIT 128 FOR UPDATE SKIP LOCKED);
   -- The whole text of hashed keys (names.sql) whose locks are gone: a minute after their last
   -- acquire, so one that is about to take its lock keeps it.
   DELETE FROM @schema@.long_names WHERE key IN (
@@ -102,13 +101,13 @@ BEGIN
       AND NOT EXISTS (SELECT 1 FROM @schema@.holds h WHERE h.key = n.key)
       AND NOT EXISTS (SELECT 1 FROM @schema@.plain_locks l
                       WHERE l.key = n.key AND l.owner IS NOT NULL)
-    ORDER BY n.written_at LIMIT 256 FOR UPDATE SKIP LOCKED);
+    ORDER BY n.written_at LIMIT 128 FOR UPDATE SKIP LOCKED);
   -- A counter more than a day behind the clock gives nothing the clock term does not: the
   -- next token is greatest(last + 1, clock) either way, unless the clock steps back a day.
   DELETE FROM @schema@.fences WHERE key IN (
     SELECT f.key FROM @schema@.fences f
     WHERE f.last < @schema@.micros(p_now) - 86400000000
-    ORDER BY f.last LIMIT 256 FOR UPDATE SKIP LOCKED);
+    ORDER BY f.last LIMIT 128 FOR UPDATE SKIP LOCKED);
 END
 $body$;
 

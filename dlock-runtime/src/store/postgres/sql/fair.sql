@@ -69,7 +69,7 @@ END
 $body$;
 
 -- Deletes a few queue rows of any fair lock whose waiter stopped coming back (a lock nobody
--- touches again keeps them otherwise). Like sweep(): one op in eight, 32 rows at most, SKIP
+-- touches again keeps them otherwise). Like sweep()'s latches: one op in eight, 32 rows at most, SKIP
 -- LOCKED, at the very end of its caller. It runs without the rows' key's advisory lock, so it
 -- leaves a minute's grace: an op of that key that has just read a row as live (its clock a
 -- moment behind this one) never finds it gone under it.
