@@ -110,9 +110,10 @@
 //!   between them, 0.05 ms. Schema version 7 sweeps the tables that fill at most a row an op
 //!   (markers, intents, long names, counters) one op in 64 instead of one in eight, 128 rows
 //!   at a time (two rows an op; latches, dead holders and unused plain locks as before): the
-//!   server's time in the plain acquire and release 295-375 µs a cycle, was 395-440 (pgbench with one client on
-//!   100 keys, `pg_stat_user_functions`, 3 rounds of each interleaved); `perf/pg-peers` (2
-//!   runs of each interleaved) puts the handoff at 3.8-4.0 idle round trips (4.3-4.5 before)
+//!   server's time in the plain acquire and release 311-356 µs a cycle (median 336), was
+//!   328-484 (median 387; pgbench with one client on 100 keys, `pg_stat_user_functions`, 7
+//!   rounds of each interleaved); `perf/pg-peers` (2 runs of each interleaved, an earlier cut
+//!   of this change) puts the handoff at 3.8-4.0 idle round trips (4.3-4.5 before)
 //!   and the server's CPU per cycle at 1.7-1.9x the peer's (2.0-2.1x before; the runs above,
 //!   of an earlier session, gave 1.0-1.5x: not traced).
 //!

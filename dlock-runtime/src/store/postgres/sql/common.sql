@@ -27,8 +27,8 @@ AS $body$ SELECT greatest(0, floor(extract(epoch FROM (p_until - p_now)) * 1000)
 -- release), plain locks (a row a new name) and dead holders' rows are swept on every call, up
 -- to 32 rows or keys each, four an op; the tables that fill more slowly on one call in eight
 -- (see below). Each statement costs its 10-80 us and plpgsql's own time even when it deletes
--- nothing: sweeping every table on every call was 470 us a call, a quarter of an uncontended
--- cycle's server time (pg_stat_statements under perf/pg-peers, issue 39).
+-- nothing: sweeping every table on every call was 430-850 us a call, a quarter of an
+-- uncontended cycle's server time, now 320-420 (pg_stat_user_functions, issue 39).
 CREATE OR REPLACE FUNCTION @schema@.sweep(p_now timestamptz) RETURNS void
 LANGUAGE plpgsql SECURITY INVOKER SET search_path = pg_catalog, pg_temp
 AS $body$
