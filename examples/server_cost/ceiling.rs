@@ -245,19 +245,14 @@ pub fn acquire_call(load: Load, key: &str, owner: &str) -> redis::Cmd {
                 .arg(600_000)
                 .arg(owner);
         }
-        Load::DlockRlockKind => {
-            cmd.arg(DLOCK_RLOCK_ACQUIRE.get_hash())
-                .arg(1)
-                .arg(key)
-                .arg(600_000)
-                .arg(owner);
-        }
-        Load::RedissonScripts => {
-            cmd.arg(crate::subjects::redisson_acquire_hash())
-                .arg(1)
-                .arg(key)
-                .arg(600_000)
-                .arg(owner);
+        // Redisson's layout: the lock hash alone, lease and owner field.
+        Load::DlockRlockKind | Load::RedissonScripts => {
+            let hash = if load == Load::DlockRlockKind {
+                DLOCK_RLOCK_ACQUIRE.get_hash()
+            } else {
+                crate::subjects::redisson_acquire_hash()
+            };
+            cmd.arg(hash).arg(1).arg(key).arg(600_000).arg(owner);
         }
         Load::RedissonFenced => {
             cmd.arg(crate::subjects::redisson_fenced_acquire_hash())
@@ -290,19 +285,15 @@ pub fn release_call(load: Load, key: &str, owner: &str, request: &str) -> redis:
                 .arg(600_000)
                 .arg(5_000);
         }
-        Load::DlockRlockKind => {
-            cmd.arg(DLOCK_RLOCK_RELEASE.get_hash())
-                .arg(3)
-                .arg(key)
-                .arg(format!("redisson_lock__channel:{key}"))
-                .arg(format!("redisson_unlock_latch:{key}:{request}"))
-                .arg(owner)
-                .arg(600_000)
-                .arg(5_000)
-                .arg("PUBLISH");
-        }
-        Load::RedissonScripts | Load::RedissonFenced => {
-            cmd.arg(crate::subjects::redisson_release_hash())
+        // Redisson's layout: the lock hash, its channel, the request's unlock latch; owner
+        // field, lease, latch lifetime; dlock's script also names the publish command.
+        Load::DlockRlockKind | Load::RedissonScripts | Load::RedissonFenced => {
+            let hash = if load == Load::DlockRlockKind {
+                DLOCK_RLOCK_RELEASE.get_hash()
+            } else {
+                crate::subjects::redisson_release_hash()
+            };
+            cmd.arg(hash)
                 .arg(3)
                 .arg(key)
                 .arg(format!("redisson_lock__channel:{key}"))
@@ -310,6 +301,9 @@ pub fn release_call(load: Load, key: &str, owner: &str, request: &str) -> redis:
                 .arg(owner)
                 .arg(600_000)
                 .arg(5_000);
+            if load == Load::DlockRlockKind {
+                cmd.arg("PUBLISH");
+            }
         }
         Load::Rslock => {
             cmd.arg(crate::subjects::rslock_release_hash())
