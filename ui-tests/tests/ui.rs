@@ -1,7 +1,7 @@
 //! Compile-time errors of `#[distributed_lock]` and `#[distributed_semaphore]`: one file per
 //! mistake in `tests/ui/`, each with the `.stderr` rustc must print. The goldens depend on the
 //! compiler's wording; the toolchain is pinned in `rust-toolchain.toml`. Regenerate after a
-//! toolchain bump with `TRYBUILD=overwrite cargo test --all-features --test ui` and review the
+//! toolchain bump with `TRYBUILD=overwrite cargo test -p dlock-ui-tests --test ui` and review the
 //! diff by hand.
 
 #[test]
