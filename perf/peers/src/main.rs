@@ -336,16 +336,24 @@ async fn main() {
         .expect("connect for PING");
     let (rounds, in_task) = (args.rounds, args.in_task);
     let run = measure(libs, conn, args);
-    let rows = if in_task {
+    let (rows, server) = if in_task {
         tokio::spawn(run).await.expect("the measuring task")
     } else {
         run.await
     };
     summary(&rows, rounds);
+    for line in server {
+        println!("{line}");
+    }
 }
 
-/// Every round of every path, printing each round's figures; the rows for the summary.
-async fn measure(libs: Libs, mut conn: MultiplexedConnection, args: Args) -> Vec<Row> {
+/// Every round of every path, printing each round's figures; the rows for the summary, and
+/// the lines of the server-time section ([`server_time`]).
+async fn measure(
+    libs: Libs,
+    mut conn: MultiplexedConnection,
+    args: Args,
+) -> (Vec<Row>, Vec<String>) {
     let mut rows: Vec<Row> = Vec::new();
     for (path, impls) in PATHS {
         for lib in selected(impls, &args.only) {
@@ -436,7 +444,83 @@ async fn measure(libs: Libs, mut conn: MultiplexedConnection, args: Args) -> Vec
             }
         }
     }
-    rows
+    let server = server_time(&libs, &mut conn, &args).await;
+    (rows, server)
+}
+
+/// Whether `lib` sends `command` itself, so that its `INFO commandstats` time counts once (a
+/// script's time includes what it calls). A script's own `SET` is counted under `set` as well,
+/// so `set` is the peers' (their acquire is a bare `SET NX PX`) and not dlock's (its scripts
+/// call it).
+fn sends_itself(lib: &str, command: &str) -> bool {
+    const SCRIPTS: [&str; 6] = [
+        "fcall",
+        "fcall_ro",
+        "evalsha",
+        "evalsha_ro",
+        "eval",
+        "eval_ro",
+    ];
+    SCRIPTS.contains(&command) || (command == "set" && !lib.starts_with("dlock"))
+}
+
+/// The server's own time per uncontended cycle, from its counters: each library's cycles run
+/// alone (`CONFIG RESETSTAT` first), then `INFO commandstats`'s `usec` of the commands it sends
+/// itself, per cycle, beside the hot PING. What a cycle takes beyond that and its two round
+/// trips is the client's side: this splits the gap between dlock's cycle and a peer's into
+/// the server's part and the caller's.
+async fn server_time(libs: &Libs, conn: &mut MultiplexedConnection, args: &Args) -> Vec<String> {
+    let impls = selected(PATHS[0].1, &args.only);
+    if impls.is_empty() {
+        return Vec::new();
+    }
+    let n = args.samples;
+    let mut lines = vec![format!(
+        "server time per uncontended cycle ({n} cycles each, alone; INFO commandstats usec of \
+         the commands each library sends itself):"
+    )];
+    for lib in impls {
+        let mut hot = Vec::with_capacity(n);
+        let mut cycle = Vec::with_capacity(n);
+        let _: () = dlock::redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(conn)
+            .await
+            .expect("CONFIG RESETSTAT");
+        for i in 0..n {
+            hot.push(ping(conn, Duration::ZERO).await);
+            cycle.push(one(libs, "cycle", lib, usize::MAX - 1, i).await);
+        }
+        let stats: String = dlock::redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(conn)
+            .await
+            .expect("INFO commandstats");
+        let usec: f64 = commands_usec(&stats)
+            .filter(|(command, _)| sends_itself(lib, command))
+            .map(|(_, usec)| usec)
+            .sum();
+        let rtt = percentile(&mut hot, 0.5).as_secs_f64() * 1e6;
+        let p50 = percentile(&mut cycle, 0.5).as_secs_f64() * 1e6;
+        let server = usec / n as f64;
+        lines.push(format!(
+            "  {lib:<24} server {server:>6.1} us = {:.2} RTT; cycle p50 {p50:>6.1} us = {:.2} \
+             RTT, less the server's time {:.2} RTT (PING {rtt:.1} us)",
+            server / rtt,
+            p50 / rtt,
+            (p50 - server) / rtt
+        ));
+    }
+    lines
+}
+
+/// Each command's `usec` in an `INFO commandstats` reply (`cmdstat_<name>:calls=..,usec=..`).
+fn commands_usec(stats: &str) -> impl Iterator<Item = (&str, f64)> {
+    stats.lines().filter_map(|line| {
+        let (command, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+        let usec = fields.split(',').find_map(|f| f.strip_prefix("usec="))?;
+        Some((command, usec.parse().ok()?))
+    })
 }
 
 fn median(v: &[f64]) -> f64 {
