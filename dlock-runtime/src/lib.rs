@@ -442,6 +442,20 @@
 //! or through the client's own thread alike (1.35-1.51x); the attribute's call 0.88x the best
 //! peer's (one run).
 //!
+//! Where the cycle's gap to rslock is: `peers` now ends with each library's cycles run alone
+//! and the server's own time per cycle beside them (`INFO commandstats` of the commands the
+//! library sends itself; two runs of 3 rounds, PING 110-190 µs on that VM). The cycle was
+//! 2.93-2.97 RTT against rslock's 2.27-2.31 (1.24-1.29x, 1.24-1.26x through the client's
+//! thread); Redis spent 46-59 µs on dlock's two scripts against 12-13 µs on rslock's SET and
+//! script (distributed-lock 12-15), 0.31-0.40 RTT against 0.10-0.11. Less that, a cycle took
+//! 2.07-2.31 RTT on dlock's side, 2.11-2.14 on rslock's and 2.23-2.34 on distributed-lock's:
+//! the caller's side is level with the peers', and the gap is the scripts' Redis time, the
+//! price of what rslock does not keep (the token that never goes back, the release latch,
+//! re-entry), which issue 39 judged against Redisson's `RFencedLock` instead (above). With
+//! dlock's server time at rslock's, the cycle alone would be 0.97-1.08x rslock's. The ratio
+//! moves with the round trip, since the shorter it is, the more those µs weigh: the
+//! 1.49-1.52x above came from another session's VM.
+//!
 //! # Operating
 //!
 //! * **Exit**: call [`LockClient::shutdown`] (or [`shutdown`] for the installed client) after
