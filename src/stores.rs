@@ -130,18 +130,25 @@
 //!   after it, so a direct grant for the plain lock would buy little.
 //!
 //!   Why each operation stays one call of a PL/pgSQL function rather than one plain SQL
-//!   statement (`perf/pg_statement_vs_function.sh`: pgbench, one client on 100 keys, the
-//!   release's usual path written as one
-//!   statement: the row's UPDATE, the owner's gone mark in a data-modifying `WITH`, the NOTIFY
-//!   and `synchronous_commit` in its select list): sent as the store sends every call, unnamed
-//!   (a transaction-mode pooler keeps no named prepared statement), that statement is planned
-//!   on every call, and the cycle took 0.86-1.12 ms against the function's 0.68-0.91 (three
-//!   rounds of each interleaved), though its execution alone was 65 µs against 106; prepared,
-//!   the two were level (0.69-0.76 ms against 0.67-0.78). A function's statements keep their
-//!   plans for the session, which is what an unnamed statement cannot. Of that release, the
-//!   gone mark (one `latches` row a release: it answers the release's retry and refuses the
-//!   owner's late acquire) was 20 µs (49 µs a statement with it, 29 without).
+//!   statement (`perf/pg_statement_vs_function.sh 3 6`: pgbench, one client on 100 keys, the
+//!   plain acquire and then the release, whose usual path is also written as one statement: the
+//!   row's UPDATE, the owner's gone mark in a data-modifying `WITH`, the NOTIFY and
+//!   `synchronous_commit` in its select list). Sent as the store sends every call, unnamed (a
+//!   transaction-mode pooler keeps no named prepared statement), the cycle took 0.68-0.70 ms
+//!   with that statement against 0.55-0.65 with the function, though the statement's execution
+//!   alone was 68 µs against the function's 109: an unnamed statement is parsed and planned on
+//!   every call, and a function's statements keep their plans for the session. Prepared, the
+//!   statement was level or a little faster (0.42-0.44 ms against 0.44-0.48). The gone mark
+//!   (one `latches` row a release: it answers the release's retry and refuses the owner's late
+//!   acquire) costs 16 µs of the release's execution (39 µs with it, 23 without, both without
+//!   the sweep).
 //!
+//!   What the same run shows for later: the function's cycle itself was 0.10-0.20 ms (18-30 %)
+//!   cheaper sent as a named prepared statement than unnamed. Named statements need a direct
+//!   connection or a pooler that keeps them (PgBouncer 1.21 or later with
+//!   `max_prepared_statements`); an opt-in for them is the next lever on this store's cycle and
+//!   handoff, not built yet.
+
 //! # ZooKeeper
 //!
 //! For when correctness must be absolute: ZooKeeper is a CP store (every write committed by a

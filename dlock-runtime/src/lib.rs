@@ -442,20 +442,23 @@
 //! or through the client's own thread alike (1.35-1.51x); the attribute's call 0.88x the best
 //! peer's (one run).
 //!
-//! Where the cycle's gap to rslock is: `peers` now ends with each library's cycles run alone
-//! and the server's own time per cycle beside them (`INFO commandstats` of the commands the
-//! library sends itself; two runs of 3 rounds, PING 110-190 µs on that VM). The cycle was
-//! 2.93-2.97 RTT against rslock's 2.27-2.31 (1.24-1.29x, 1.24-1.26x through the client's
-//! thread); Redis spent 46-59 µs on dlock's two scripts against 12-13 µs on rslock's SET and
-//! script (distributed-lock 12-15), 0.31-0.40 RTT against 0.10-0.11. Less that, a cycle took
-//! 2.07-2.31 RTT on dlock's side, 2.11-2.14 on rslock's and 2.23-2.34 on distributed-lock's:
-//! the caller's side is level with the peers', and the gap is the scripts' Redis time, the
-//! price of what rslock does not keep (the token that never goes back, the release latch,
-//! re-entry), which issue 39 judged against Redisson's `RFencedLock` instead (above). With
-//! dlock's server time at rslock's, the cycle alone would be 0.97-1.08x rslock's. The ratio
-//! moves with the round trip, since the shorter it is, the more those µs weigh: the
-//! 1.49-1.52x above came from another session's VM.
-//!
+//! Where the cycle's gap to rslock is: `peers` now ends with the cycle measured again with
+//! Redis's own time beside each sample (`INFO commandstats` before and after it, the commands
+//! the library sends itself; the libraries interleaved as in the rounds). Two runs of 1,000
+//! cycles each, p50s in RTT of a hot PING of 111-121 µs: dlock 2.91-2.93 (rslock 2.26-2.28,
+//! distributed-lock 2.60-2.63), of which Redis 0.39-0.41 (mean 51 µs a cycle, both scripts)
+//! against rslock's 0.10 (12-13 µs: its SET and script) and distributed-lock's 0.10-0.11; the
+//! cycle less Redis's time 2.48-2.50 against rslock's 2.16-2.17 and distributed-lock's
+//! 2.48-2.52. So of the 0.65 RTT between dlock and rslock, Redis's part is 0.29-0.31 (the
+//! scripts keep what rslock does not: the token that never goes back, the release latch,
+//! re-entry; issue 39 judged their price against Redisson's `RFencedLock` instead, above), and
+//! the rest, 0.32-0.34 RTT (35-40 µs), is on the wire and in the client, where dlock is level
+//! with distributed-lock and rslock, which sends the shortest commands and parses the
+//! simplest replies, is cheapest. Through the client's own thread the same (2.85-2.88, Redis
+//! 0.37-0.39). Not traced further: how much of those 35-40 µs is message size (dlock's
+//! calls carry a library function name, hash-tagged keys, an owner id and a latch id) and
+//! how much is the client's work.
+
 //! # Operating
 //!
 //! * **Exit**: call [`LockClient::shutdown`] (or [`shutdown`] for the installed client) after

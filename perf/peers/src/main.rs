@@ -36,6 +36,9 @@
 //!
 //! Figures are p50/p99 in RTT of the hot PING (handoffs also in the idle PING's), each round's
 //! line, then the median and range of the rounds' p50s, and dlock's ratio to the best peer.
+//! Last, the cycle again with Redis's own time per cycle beside it (`INFO commandstats`
+//! around each sample, see [`server_time`]): the gap to a peer split into Redis's part and
+//! the rest.
 
 // The examples' helpers (where Redis is, the PING round trip), shared rather than copied.
 #[path = "../../../examples/support/mod.rs"]
@@ -464,54 +467,81 @@ fn sends_itself(lib: &str, command: &str) -> bool {
     SCRIPTS.contains(&command) || (command == "set" && !lib.starts_with("dlock"))
 }
 
-/// The server's own time per uncontended cycle, from its counters: each library's cycles run
-/// alone (`CONFIG RESETSTAT` first), then `INFO commandstats`'s `usec` of the commands it sends
-/// itself, per cycle, beside the hot PING. What a cycle takes beyond that and its two round
-/// trips is the client's side: this splits the gap between dlock's cycle and a peer's into
-/// the server's part and the caller's.
+/// The server's own time per uncontended cycle, from its counters, sample by sample: `INFO
+/// commandstats` before and after each cycle, the `usec` of the commands the library sends
+/// itself, with the libraries in an order that rotates, as in the rounds. Each sample's cycle
+/// less its server time is the round trips and the client's work, so the gap between dlock's
+/// cycle and a peer's splits into Redis's part and the rest (p50s, in the hot PING's RTT).
+/// Nothing is reset, so a server given by `REDIS_URL` keeps its statistics; a server that
+/// refuses `INFO` gets a line saying so. `distributed-lock`'s handle extends its lease on a
+/// timer whose first tick is at once: that extend is in its figures.
 async fn server_time(libs: &Libs, conn: &mut MultiplexedConnection, args: &Args) -> Vec<String> {
     let impls = selected(PATHS[0].1, &args.only);
-    if impls.is_empty() {
+    let n = args.samples;
+    if impls.is_empty() || n == 0 {
         return Vec::new();
     }
-    let n = args.samples;
-    let mut lines = vec![format!(
-        "server time per uncontended cycle ({n} cycles each, alone; INFO commandstats usec of \
-         the commands each library sends itself):"
-    )];
-    for lib in impls {
-        let mut hot = Vec::with_capacity(n);
-        let mut cycle = Vec::with_capacity(n);
-        let _: () = dlock::redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query_async(conn)
-            .await
-            .expect("CONFIG RESETSTAT");
-        for i in 0..n {
-            hot.push(ping(conn, Duration::ZERO).await);
-            cycle.push(one(libs, "cycle", lib, usize::MAX - 1, i).await);
+    let mut hot = Vec::with_capacity(n);
+    let mut server = vec![Vec::with_capacity(n); impls.len()];
+    let mut cycle = vec![Vec::with_capacity(n); impls.len()];
+    let mut rest = vec![Vec::with_capacity(n); impls.len()];
+    for i in 0..n {
+        hot.push(ping(conn, Duration::ZERO).await);
+        for k in 0..impls.len() {
+            let j = (k + i) % impls.len();
+            let lib = impls[j];
+            let Some(before) = scripts_usec(conn, lib).await else {
+                return vec!["server time per cycle: skipped (INFO commandstats refused)".into()];
+            };
+            let took = one(libs, "cycle", lib, usize::MAX - 1, i)
+                .await
+                .as_secs_f64()
+                * 1e6;
+            let Some(after) = scripts_usec(conn, lib).await else {
+                return vec!["server time per cycle: skipped (INFO commandstats refused)".into()];
+            };
+            server[j].push(after - before);
+            cycle[j].push(took);
+            rest[j].push(took - (after - before));
         }
-        let stats: String = dlock::redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(conn)
-            .await
-            .expect("INFO commandstats");
-        let usec: f64 = commands_usec(&stats)
-            .filter(|(command, _)| sends_itself(lib, command))
-            .map(|(_, usec)| usec)
-            .sum();
-        let rtt = percentile(&mut hot, 0.5).as_secs_f64() * 1e6;
-        let p50 = percentile(&mut cycle, 0.5).as_secs_f64() * 1e6;
-        let server = usec / n as f64;
+    }
+    let rtt = percentile(&mut hot, 0.5).as_secs_f64() * 1e6;
+    let p50 = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut lines = vec![format!(
+        "server time per uncontended cycle ({n} cycles each, interleaved; INFO commandstats usec \
+         of the commands each library sends itself, before and after each cycle; p50s in RTT of \
+         the hot PING, {rtt:.1} us):"
+    )];
+    for (j, lib) in impls.iter().enumerate() {
+        let mean = server[j].iter().sum::<f64>() / n as f64;
         lines.push(format!(
-            "  {lib:<24} server {server:>6.1} us = {:.2} RTT; cycle p50 {p50:>6.1} us = {:.2} \
-             RTT, less the server's time {:.2} RTT (PING {rtt:.1} us)",
-            server / rtt,
-            p50 / rtt,
-            (p50 - server) / rtt
+            "  {lib:<24} server {:>5.2} (mean {:>5.1} us)  cycle {:>5.2}  cycle less server {:>5.2}",
+            p50(&mut server[j]) / rtt,
+            mean,
+            p50(&mut cycle[j]) / rtt,
+            p50(&mut rest[j]) / rtt,
         ));
     }
     lines
+}
+
+/// The `usec` so far of the commands `lib` sends itself ([`sends_itself`]); `None` when the
+/// server refuses `INFO`.
+async fn scripts_usec(conn: &mut MultiplexedConnection, lib: &str) -> Option<f64> {
+    let stats: String = dlock::redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .ok()?;
+    Some(
+        commands_usec(&stats)
+            .filter(|(command, _)| sends_itself(lib, command))
+            .map(|(_, usec)| usec)
+            .sum(),
+    )
 }
 
 /// Each command's `usec` in an `INFO commandstats` reply (`cmdstat_<name>:calls=..,usec=..`).
