@@ -127,7 +127,11 @@
 //!   second call) and measures 3.7-4.3 against the plain lock's 3.8-4.5 in the same runs: the
 //!   time is in the release's own call (2.4-3.1 idle round trips: an idle connection, the
 //!   function, a row written and the commit that sends the NOTIFY), not in the waiter's call
-//!   after it, so a direct grant for the plain lock would buy little.
+//!   after it, so a direct grant for the plain lock would buy little. Two later runs of
+//!   `perf/pg-peers` (schema version 7, `SELECT 1` 120-159 µs): the uncontended cycle 5.47 and
+//!   4.04 round trips against the peer's 6.71 and 4.32 (0.82-0.94 of it), the server's CPU per
+//!   cycle 1.39-1.55x the peer's, the handoff 4.5 and 3.9 idle round trips (the peer 1.8 and
+//!   1.5; the NOTIFY + round trip floor 2.2 and 1.8).
 //!
 //!   Why each operation stays one call of a PL/pgSQL function rather than one plain SQL
 //!   statement (`perf/pg_statement_vs_function.sh 3 6`: pgbench, one client on 100 keys, the
