@@ -454,7 +454,8 @@
 //! re-entry; issue 39 judged their price against Redisson's `RFencedLock` instead, above), and
 //! the rest, 0.32-0.34 RTT (35-40 µs), is on the wire and in the client, where dlock is level
 //! with distributed-lock and rslock, which sends the shortest commands and parses the
-//! simplest replies, is cheapest. Through the client's own thread the same (2.85-2.88, Redis
+//! simplest replies, is cheapest (with Redis's part at rslock's, the cycle would be
+//! 1.15-1.16x rslock's). Through the client's own thread the same (2.85-2.88, Redis
 //! 0.37-0.39). Not traced further: how much of those 35-40 µs is message size (dlock's
 //! calls carry a library function name, hash-tagged keys, an owner id and a latch id) and
 //! how much is the client's work.
