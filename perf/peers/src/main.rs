@@ -485,20 +485,21 @@ async fn server_time(libs: &Libs, conn: &mut MultiplexedConnection, args: &Args)
     let mut server = vec![Vec::with_capacity(n); impls.len()];
     let mut cycle = vec![Vec::with_capacity(n); impls.len()];
     let mut rest = vec![Vec::with_capacity(n); impls.len()];
+    const REFUSED: &str = "server time per cycle: skipped (INFO commandstats refused)";
     for i in 0..n {
         hot.push(ping(conn, Duration::ZERO).await);
         for k in 0..impls.len() {
             let j = (k + i) % impls.len();
             let lib = impls[j];
             let Some(before) = scripts_usec(conn, lib).await else {
-                return vec!["server time per cycle: skipped (INFO commandstats refused)".into()];
+                return vec![REFUSED.into()];
             };
             let took = one(libs, "cycle", lib, usize::MAX - 1, i)
                 .await
                 .as_secs_f64()
                 * 1e6;
             let Some(after) = scripts_usec(conn, lib).await else {
-                return vec!["server time per cycle: skipped (INFO commandstats refused)".into()];
+                return vec![REFUSED.into()];
             };
             server[j].push(after - before);
             cycle[j].push(took);
@@ -506,10 +507,6 @@ async fn server_time(libs: &Libs, conn: &mut MultiplexedConnection, args: &Args)
         }
     }
     let rtt = percentile(&mut hot, 0.5).as_secs_f64() * 1e6;
-    let p50 = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let mut lines = vec![format!(
         "server time per uncontended cycle ({n} cycles each, interleaved; INFO commandstats usec \
          of the commands each library sends itself, before and after each cycle; p50s in RTT of \
@@ -519,10 +516,10 @@ async fn server_time(libs: &Libs, conn: &mut MultiplexedConnection, args: &Args)
         let mean = server[j].iter().sum::<f64>() / n as f64;
         lines.push(format!(
             "  {lib:<24} server {:>5.2} (mean {:>5.1} us)  cycle {:>5.2}  cycle less server {:>5.2}",
-            p50(&mut server[j]) / rtt,
+            median(&server[j]) / rtt,
             mean,
-            p50(&mut cycle[j]) / rtt,
-            p50(&mut rest[j]) / rtt,
+            median(&cycle[j]) / rtt,
+            median(&rest[j]) / rtt,
         ));
     }
     lines
