@@ -26,7 +26,7 @@ use crate::settings::ReplicaSync;
 use crate::store::redis::backend::conn::{Conn, Pool};
 use crate::store::redis::backend::names::cluster_slot;
 use crate::store::redis::backend::script::Call;
-use crate::store::redis::backend::slots::NodeAddr;
+use crate::store::redis::backend::slots::NodeCall;
 use crate::store::redis::backend::sync_conn::{Purpose, SyncConn};
 use crate::store::redis::kinds::{Claim, LockKind};
 
@@ -486,7 +486,7 @@ async fn renew_grouped(
 async fn renew_call(
     conn: &mut Conn,
     holds: &[Arc<Hold>],
-    node: Option<NodeAddr>,
+    node: Option<NodeCall>,
     sync: Option<ReplicaSync>,
     progress: &Progress,
 ) -> Vec<Option<bool>> {
@@ -592,7 +592,7 @@ impl Bound {
 async fn renew_call_unbounded(
     conn: &mut Conn,
     holds: &[Arc<Hold>],
-    node: Option<NodeAddr>,
+    node: Option<NodeCall>,
     sync: Option<ReplicaSync>,
     progress: &Progress,
 ) -> Vec<Option<bool>> {
@@ -652,7 +652,7 @@ const UNCONFIRMED: i64 = i64::MIN;
 async fn renew_reply(
     call: &Call<'_>,
     conn: &mut Conn,
-    node: Option<&NodeAddr>,
+    node: Option<&NodeCall>,
     sync: Option<ReplicaSync>,
     progress: &Progress,
 ) -> redis::RedisResult<Vec<i64>> {
@@ -667,7 +667,7 @@ async fn renew_reply(
 async fn renew_reply_unmarked(
     call: &Call<'_>,
     conn: &mut Conn,
-    node: Option<&NodeAddr>,
+    node: Option<&NodeCall>,
     sync: Option<ReplicaSync>,
 ) -> redis::RedisResult<Vec<i64>> {
     telemetry::renew_call();

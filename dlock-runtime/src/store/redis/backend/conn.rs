@@ -17,7 +17,7 @@ use tokio::runtime::Handle;
 use crate::store::redis::backend::library::Mode;
 use crate::store::redis::backend::names::cluster_slot;
 use crate::store::redis::backend::sentinel::SentinelConn;
-use crate::store::redis::backend::slots::{self, NodeAddr, Owners, SlotMap};
+use crate::store::redis::backend::slots::{self, NodeAddr, NodeCall, Owners, SlotMap};
 use crate::store::redis::backend::thread::from_runtime;
 
 /// Lives on the runtime that drives the front connections; dropped (when that runtime shuts
@@ -169,7 +169,7 @@ impl Conn {
     pub(crate) async fn node_groups(
         &mut self,
         keys: &[&str],
-    ) -> Vec<(Option<NodeAddr>, Vec<usize>)> {
+    ) -> Vec<(Option<NodeCall>, Vec<usize>)> {
         match &mut self.link {
             Link::Single(..) | Link::Sentinel(_) => vec![(None, (0..keys.len()).collect())],
             Link::Cluster(conn, slots) => slots.group(conn, keys).await,
@@ -179,7 +179,7 @@ impl Conn {
     /// Sends `cmd` to one node of a cluster (on one server: to the server).
     pub(crate) async fn query_on(
         &mut self,
-        node: &NodeAddr,
+        node: &NodeCall,
         cmd: &Cmd,
     ) -> redis::RedisResult<Value> {
         if let Link::Cluster(c, _) = &mut self.link {

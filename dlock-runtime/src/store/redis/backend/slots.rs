@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::Value;
 
 use crate::store::redis::backend::names::cluster_slot;
@@ -22,15 +22,6 @@ pub(crate) struct NodeAddr {
 }
 
 impl NodeAddr {
-    pub(crate) fn routing(&self) -> RoutingInfo {
-        RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-            host: self.host.clone(),
-            port: self.port,
-        })
-    }
-}
-
-impl NodeAddr {
     /// The host the cluster announces for the node.
     pub(crate) fn host(&self) -> &str {
         &self.host
@@ -44,6 +35,43 @@ impl NodeAddr {
 impl std::fmt::Display for NodeAddr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// Where one grouped call goes: the master our slot map names for its keys, reached through
+/// the slot of its first key, not through the master's address.
+///
+/// By address, redis-rs's cluster connection answers a node it has no connection to (a
+/// replica promoted since it last read the slots: it connects to masters only) by dropping
+/// every connection and connecting to the seed nodes again, and no request of the client
+/// moves until each seed has answered or timed out. With a master frozen rather than dead
+/// (SIGSTOP, a stalled host, a link that drops packets) and its replica promoted, the first
+/// renewal sent to the new master stopped every lock of the client for the connect timeout
+/// (5 s): releases and acquires on healthy masters failed with "timed out" (tests/cluster
+/// `failover::a_promotion_past_a_frozen_master_does_not_hold_up_the_other_masters`).
+///
+/// By slot, redis-rs sends the call where its own slot map says. Where that map disagrees
+/// with ours, the node refuses the keys it does not serve and the call is retried per slot;
+/// while redis-rs still names the frozen master, the calls for its slots time out (every
+/// request for them does) and the other masters' go on.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeCall {
+    node: NodeAddr,
+    slot: u16,
+}
+
+impl NodeCall {
+    pub(crate) fn routing(&self) -> RoutingInfo {
+        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+            self.slot,
+            SlotAddr::Master,
+        )))
+    }
+}
+
+impl std::fmt::Display for NodeCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (slot {})", self.node, self.slot)
     }
 }
 
@@ -67,7 +95,7 @@ impl SlotMap {
         &self,
         conn: &mut ClusterConnection,
         keys: &[&str],
-    ) -> Vec<(Option<NodeAddr>, Vec<usize>)> {
+    ) -> Vec<(Option<NodeCall>, Vec<usize>)> {
         let Some(ranges) = self.ranges(conn).await else {
             return by_slot(keys);
         };
@@ -84,7 +112,13 @@ impl SlotMap {
                 None => return by_slot(keys),
             }
         }
-        groups.into_iter().collect()
+        groups
+            .into_iter()
+            .map(|(node, idx)| {
+                let slot = cluster_slot(keys[idx[0]]);
+                (node.map(|node| NodeCall { node, slot }), idx)
+            })
+            .collect()
     }
 
     async fn ranges(&self, conn: &mut ClusterConnection) -> Option<Ranges> {
@@ -132,7 +166,7 @@ pub(crate) async fn masters(conn: &mut ClusterConnection) -> Option<Vec<(u16, u1
 }
 
 /// `keys` by index, one group per slot, each sent the usual way (routed by its key).
-pub(crate) fn by_slot(keys: &[&str]) -> Vec<(Option<NodeAddr>, Vec<usize>)> {
+pub(crate) fn by_slot(keys: &[&str]) -> Vec<(Option<NodeCall>, Vec<usize>)> {
     let mut slots: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
     for (i, key) in keys.iter().enumerate() {
         slots.entry(cluster_slot(key)).or_default().push(i);
