@@ -209,6 +209,18 @@
 //! after the kill, at its scheduled renewal). That gap is data loss: the fencing token still
 //! rises for the next holder, and it is what protects the store.
 //!
+//! A master frozen rather than dead (SIGSTOP, a stalled host, a link that drops packets) and
+//! promoted past holds up only its own slots. The watchdog's per-node renewals go over a
+//! connection of their own to each master the slot map names, so the failover watch's pass
+//! renews the holds on the new master (`tests/cluster`, `failover::a_promotion_past_…`: the
+//! hold kept there, and 200-300 acquire + release cycles on a healthy master in the 4 s after
+//! the promotion, the slowest 3-24 ms). Acquires and releases of those slots go through
+//! redis-rs's cluster connection, which reads the slot map again on a redirect or a broken
+//! link, not on a timeout (redis-rs 1.8): they time out until the frozen node answers again
+//! (it then redirects) or its link breaks. Before, a renewal sent to the new master by its
+//! address made redis-rs reconnect to every seed, the frozen one included, and stopped every
+//! request of the client for 5 s.
+//!
 //! # Stores
 //!
 //! The URL picks the store; the rest of the API, the attribute included, stays the same.

@@ -598,9 +598,13 @@ async fn the_first_acquire_after_a_promotion_is_one_script_call() {
 
 /// A master frozen (SIGSTOP, not dead) until the cluster promotes its replica. The holder's
 /// client learns of the promotion from its failover watch and renews its hold there at once;
-/// nothing it sends to the other masters meanwhile may wait for the frozen node.
+/// nothing it sends to the other masters meanwhile may wait for the frozen node, and the hold
+/// is kept on the new master.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promotion_past_a_frozen_master_does_not_hold_up_the_other_masters() {
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .try_init();
     let (cluster, _turn) = own_cluster().await;
     let holder = cluster_client(&cluster).await;
     let masters = cluster.masters().expect("cluster masters");
@@ -613,9 +617,10 @@ async fn a_promotion_past_a_frozen_master_does_not_hold_up_the_other_masters() {
             .trim()
             .parse()
             .expect("a slot number");
-    let _held = holder
+    let ttl = Duration::from_secs(15);
+    let held = holder
         .lock(b.as_str())
-        .ttl(Duration::from_secs(20))
+        .ttl(ttl)
         .acquire()
         .await
         .expect("hold b");
@@ -665,5 +670,29 @@ async fn a_promotion_past_a_frozen_master_does_not_hold_up_the_other_masters() {
         slowest < Duration::from_secs(2),
         "a cycle on a healthy master waited {slowest:?} for the frozen one"
     );
+    // b's hold on the new master was renewed there: its deadline is later than a lease
+    // counted from 2 s after the freeze (no replica is promoted before the cluster's 2 s node
+    // timeout, and only a master takes writes; a hold last renewed before the freeze ends more
+    // than 2 s sooner), and the holder still believes it holds.
+    let mut on_promoted = node_conn(&format!("redis://127.0.0.1:{}", promoted.port)).await;
+    let pttl: i64 = bounded(
+        STEP,
+        "PTTL of b on the new master",
+        dlock::redis::cmd("PTTL")
+            .arg(key_of(&holder, &b))
+            .query_async(&mut on_promoted),
+    )
+    .await
+    .expect("PTTL on the new master");
+    let since = frozen_at.elapsed();
+    println!(
+        "b's PTTL on 127.0.0.1:{}: {pttl} ms, {since:?} after the freeze",
+        promoted.port
+    );
+    assert!(
+        u128::try_from(pttl).unwrap_or(0) > (ttl + Duration::from_secs(2) - since).as_millis(),
+        "b's hold was not renewed on the new master: PTTL {pttl} ms, {since:?} after the freeze"
+    );
+    assert!(!held.is_lost(), "the holder of b was told it lost the lock");
     drop(stopped);
 }

@@ -54,8 +54,8 @@ async fn run(watchdog: Weak<Watchdog>, pool: Arc<Pool>) {
             continue;
         };
         if last.as_ref().is_some_and(|before| *before != now) {
+            // The read above is the slot map the renewals are grouped by (`slot_owners`).
             tracing::debug!("dlock: cluster slots changed masters; renewing every hold now");
-            conn.slots_changed();
             let renewing = watchdog.upgrade().is_some_and(|dog| dog.renew_all_now());
             if !renewing {
                 // A renew-everything pass ran just now, maybe before the promotion: keep the

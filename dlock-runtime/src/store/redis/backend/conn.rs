@@ -17,7 +17,7 @@ use tokio::runtime::Handle;
 use crate::store::redis::backend::library::Mode;
 use crate::store::redis::backend::names::cluster_slot;
 use crate::store::redis::backend::sentinel::SentinelConn;
-use crate::store::redis::backend::slots::{self, NodeAddr, NodeCall, Owners, SlotMap};
+use crate::store::redis::backend::slots::{self, NodeAddr, Owners, SlotMap};
 use crate::store::redis::backend::thread::from_runtime;
 
 /// Lives on the runtime that drives the front connections; dropped (when that runtime shuts
@@ -169,7 +169,7 @@ impl Conn {
     pub(crate) async fn node_groups(
         &mut self,
         keys: &[&str],
-    ) -> Vec<(Option<NodeCall>, Vec<usize>)> {
+    ) -> Vec<(Option<NodeAddr>, Vec<usize>)> {
         match &mut self.link {
             Link::Single(..) | Link::Sentinel(_) => vec![(None, (0..keys.len()).collect())],
             Link::Cluster(conn, slots) => slots.group(conn, keys).await,
@@ -179,11 +179,11 @@ impl Conn {
     /// Sends `cmd` to one node of a cluster (on one server: to the server).
     pub(crate) async fn query_on(
         &mut self,
-        node: &NodeCall,
+        node: &NodeAddr,
         cmd: &Cmd,
     ) -> redis::RedisResult<Value> {
-        if let Link::Cluster(c, _) = &mut self.link {
-            return c.route_command(cmd.clone(), node.routing()).await;
+        if let Link::Cluster(_, slots) = &self.link {
+            return slots.query_on(node, cmd).await;
         }
         cmd.query_async(self).await
     }
@@ -204,10 +204,11 @@ impl Conn {
         self.req_packed_commands(pipeline, 0, count).await
     }
 
-    /// Which master serves which slots, asked now (`None` when not a cluster, or no answer).
+    /// Which master serves which slots, asked now (`None` when not a cluster, or no answer);
+    /// the answer also becomes the slot map per-node calls are grouped by.
     pub(crate) async fn slot_owners(&mut self) -> Option<Owners> {
         match &mut self.link {
-            Link::Cluster(conn, _) => slots::owners(conn).await,
+            Link::Cluster(conn, slots) => slots.owners_now(conn).await,
             Link::Single(..) | Link::Sentinel(_) => None,
         }
     }

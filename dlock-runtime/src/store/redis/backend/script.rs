@@ -20,7 +20,7 @@ use redis::{FromRedisValue, RedisResult, ToRedisArgs, Value};
 
 use crate::store::redis::backend::conn::Conn;
 use crate::store::redis::backend::library::{self, Source, LIBRARY};
-use crate::store::redis::backend::slots::NodeCall;
+use crate::store::redis::backend::slots::NodeAddr;
 
 /// A Lua script: its text, its SHA1, and its function in dlock's library, computed once.
 pub(crate) struct Script {
@@ -129,7 +129,7 @@ impl Call<'_> {
     pub(crate) async fn invoke_on<T: FromRedisValue>(
         &self,
         conn: &mut Conn,
-        node: &NodeCall,
+        node: &NodeAddr,
     ) -> RedisResult<T> {
         redis::from_redis_value(self.run(conn, Some(node)).await?).map_err(Into::into)
     }
@@ -206,7 +206,7 @@ impl Call<'_> {
     }
 
     /// FCALL while the client uses the library, else EVALSHA (see the module docs).
-    async fn run(&self, conn: &mut Conn, node: Option<&NodeCall>) -> RedisResult<Value> {
+    async fn run(&self, conn: &mut Conn, node: Option<&NodeAddr>) -> RedisResult<Value> {
         // Not on a cluster: redis-rs follows MOVED and ASK for a lone command, not for a
         // pipeline sent to a chosen node.
         if self.reply_last && node.is_none() && !conn.is_cluster() {
@@ -237,7 +237,7 @@ impl Call<'_> {
     }
 
     /// [`Call::run`] without the PING.
-    async fn run_alone(&self, conn: &mut Conn, node: Option<&NodeCall>) -> RedisResult<Value> {
+    async fn run_alone(&self, conn: &mut Conn, node: Option<&NodeAddr>) -> RedisResult<Value> {
         if let (Some(function), true) = (&self.script.function, conn.mode.functions()) {
             match send(conn, node, &self.command("FCALL", function)).await {
                 Err(e) if library::is_missing(&e) => {
@@ -283,7 +283,7 @@ fn needs_fallback(e: &redis::RedisError) -> bool {
 }
 
 /// Sends `cmd` by its key, or to `node`; a server error in the reply is an error.
-async fn send(conn: &mut Conn, node: Option<&NodeCall>, cmd: &redis::Cmd) -> RedisResult<Value> {
+async fn send(conn: &mut Conn, node: Option<&NodeAddr>, cmd: &redis::Cmd) -> RedisResult<Value> {
     match node {
         Some(node) => conn.query_on(node, cmd).await,
         None => cmd.query_async(conn).await,
@@ -296,7 +296,7 @@ enum Target {
     /// Every master (at connect).
     All,
     /// The node a call went to.
-    Node(NodeCall),
+    Node(NodeAddr),
     /// The node serving a call's key.
     Key(String),
 }

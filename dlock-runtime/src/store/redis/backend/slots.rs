@@ -1,90 +1,49 @@
-//! Which cluster node serves which slot, so the watchdog can renew in one call per node.
+//! Which cluster node serves which slot, so the watchdog can renew in one call per node, and
+//! the connections those calls go over (`node_conns.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::Value;
 
 use crate::store::redis::backend::names::cluster_slot;
+pub(crate) use crate::store::redis::backend::node_conns::NodeAddr;
+use crate::store::redis::backend::node_conns::NodeConns;
 
 /// How long a slot map is trusted without a failure saying otherwise. A failover moves slots
 /// within seconds; a renewal sent to the old node fails, invalidates the map and is retried.
 const MAX_AGE: Duration = Duration::from_secs(5);
 
-/// A node's address, as the cluster announces it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct NodeAddr {
-    host: String,
-    port: u16,
-}
-
-impl NodeAddr {
-    /// The host the cluster announces for the node.
-    pub(crate) fn host(&self) -> &str {
-        &self.host
-    }
-
-    pub(crate) fn port(&self) -> u16 {
-        self.port
-    }
-}
-
-impl std::fmt::Display for NodeAddr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.host, self.port)
-    }
-}
-
-/// Where one grouped call goes: the master our slot map names for its keys, reached through
-/// the slot of its first key, not through the master's address.
-///
-/// By address, redis-rs's cluster connection answers a node it has no connection to (a
-/// replica promoted since it last read the slots: it connects to masters only) by dropping
-/// every connection and connecting to the seed nodes again, and no request of the client
-/// moves until each seed has answered or timed out. With a master frozen rather than dead
-/// (SIGSTOP, a stalled host, a link that drops packets) and its replica promoted, the first
-/// renewal sent to the new master stopped every lock of the client for the connect timeout
-/// (5 s): releases and acquires on healthy masters failed with "timed out" (tests/cluster
-/// `failover::a_promotion_past_a_frozen_master_does_not_hold_up_the_other_masters`).
-///
-/// By slot, redis-rs sends the call where its own slot map says. Where that map disagrees
-/// with ours, the node refuses the keys it does not serve and the call is retried per slot;
-/// while redis-rs still names the frozen master, the calls for its slots time out (every
-/// request for them does) and the other masters' go on.
-#[derive(Debug, Clone)]
-pub(crate) struct NodeCall {
-    node: NodeAddr,
-    slot: u16,
-}
-
-impl NodeCall {
-    pub(crate) fn routing(&self) -> RoutingInfo {
-        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
-            self.slot,
-            SlotAddr::Master,
-        )))
-    }
-}
-
-impl std::fmt::Display for NodeCall {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} (slot {})", self.node, self.slot)
-    }
-}
-
 /// First slot, last slot, the master serving them.
 type Ranges = Vec<(u16, u16, NodeAddr)>;
 
-/// Slot ranges -> master, fetched with `CLUSTER SLOTS` and cached.
-#[derive(Default)]
+/// Slot ranges -> master, fetched with `CLUSTER SLOTS` and cached, and a connection to each
+/// master it names.
 pub(crate) struct SlotMap {
     cached: Mutex<Option<(Ranges, Instant)>>,
+    nodes: NodeConns,
 }
 
 impl SlotMap {
+    pub(crate) fn new(nodes: NodeConns) -> Self {
+        SlotMap {
+            cached: Mutex::new(None),
+            nodes,
+        }
+    }
+
+    /// Sends `cmd` to `node` over the connection to it alone (`node_conns.rs` says why).
+    pub(crate) async fn query_on(
+        &self,
+        node: &NodeAddr,
+        cmd: &redis::Cmd,
+    ) -> redis::RedisResult<Value> {
+        self.nodes.query(node, cmd).await
+    }
+
     pub(crate) fn invalidate(&self) {
         *self.cached.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
@@ -95,7 +54,7 @@ impl SlotMap {
         &self,
         conn: &mut ClusterConnection,
         keys: &[&str],
-    ) -> Vec<(Option<NodeCall>, Vec<usize>)> {
+    ) -> Vec<(Option<NodeAddr>, Vec<usize>)> {
         let Some(ranges) = self.ranges(conn).await else {
             return by_slot(keys);
         };
@@ -112,13 +71,7 @@ impl SlotMap {
                 None => return by_slot(keys),
             }
         }
-        groups
-            .into_iter()
-            .map(|(node, idx)| {
-                let slot = cluster_slot(keys[idx[0]]);
-                (node.map(|node| NodeCall { node, slot }), idx)
-            })
-            .collect()
+        groups.into_iter().collect()
     }
 
     async fn ranges(&self, conn: &mut ClusterConnection) -> Option<Ranges> {
@@ -128,13 +81,36 @@ impl SlotMap {
             }
         }
         let ranges = fetch(conn).await?;
+        self.store(&ranges);
+        Some(ranges)
+    }
+
+    /// Which master (by node id) serves which slots, as one node sees it now. The addresses in
+    /// the same answer become the cached map: the failover watch reads this every 250 ms, so
+    /// the renewals it starts on a promotion go where that read said, with no second read that
+    /// may go to the master that stopped answering (a random node is asked) and leave them to
+    /// per-slot routing, which still names it.
+    pub(crate) async fn owners_now(&self, conn: &mut ClusterConnection) -> Option<Owners> {
+        let reply = cluster_slots(conn).await?;
+        if let Some(ranges) = parse_slots(&reply) {
+            self.store(&ranges);
+        }
+        let mut owners = slot_entries(&reply, |master| text(master.get(2)?))?;
+        owners.sort();
+        Some(owners)
+    }
+
+    fn store(&self, ranges: &Ranges) {
+        self.nodes
+            .keep_only(&ranges.iter().map(|(_, _, n)| n).collect::<Vec<_>>());
         *self.cached.lock().unwrap_or_else(|e| e.into_inner()) =
             Some((ranges.clone(), Instant::now()));
-        Some(ranges)
     }
 }
 
-/// First slot, last slot, the id of the master serving them; sorted by first slot.
+/// First slot, last slot, the id of the master serving them; sorted by first slot. Node ids,
+/// not addresses, to tell a change: without `cluster-announce-ip`, nodes may know one master
+/// by different addresses.
 pub(crate) type Owners = Vec<(u16, u16, String)>;
 
 /// `CLUSTER SLOTS` as one node (any) answers it now, uncached; `None` if it did not answer.
@@ -152,21 +128,13 @@ async fn fetch(conn: &mut ClusterConnection) -> Option<Ranges> {
     parse_slots(&cluster_slots(conn).await?)
 }
 
-/// Which master (by node id) serves which slots, as one node sees it now. Node ids, not
-/// addresses: without `cluster-announce-ip`, nodes may know one master by different addresses.
-pub(crate) async fn owners(conn: &mut ClusterConnection) -> Option<Owners> {
-    let mut owners = slot_entries(&cluster_slots(conn).await?, |master| text(master.get(2)?))?;
-    owners.sort();
-    Some(owners)
-}
-
 /// Which master (by address) serves which slots, as one node sees it now, uncached.
 pub(crate) async fn masters(conn: &mut ClusterConnection) -> Option<Vec<(u16, u16, NodeAddr)>> {
     fetch(conn).await
 }
 
 /// `keys` by index, one group per slot, each sent the usual way (routed by its key).
-pub(crate) fn by_slot(keys: &[&str]) -> Vec<(Option<NodeCall>, Vec<usize>)> {
+pub(crate) fn by_slot(keys: &[&str]) -> Vec<(Option<NodeAddr>, Vec<usize>)> {
     let mut slots: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
     for (i, key) in keys.iter().enumerate() {
         slots.entry(cluster_slot(key)).or_default().push(i);
@@ -179,7 +147,7 @@ fn parse_slots(v: &Value) -> Option<Ranges> {
     slot_entries(v, |master| {
         let host = text(master.first()?)?;
         let port = int(master.get(1)?)?;
-        Some(NodeAddr { host, port })
+        Some(NodeAddr::new(host, port))
     })
 }
 

@@ -16,6 +16,7 @@ use crate::error::LockError;
 use crate::settings::{Settings, Target};
 use crate::store::redis::backend::conn::{Conn, Link, Pool};
 use crate::store::redis::backend::library::Mode;
+use crate::store::redis::backend::node_conns::NodeConns;
 use crate::store::redis::backend::open::{manager_config, open_client, root_only};
 use crate::store::redis::backend::sentinel::{Follower, MasterSpec, SentinelConn};
 use crate::store::redis::backend::slots::SlotMap;
@@ -151,13 +152,19 @@ impl Topology {
                     mode,
                 )]));
             }
-            Topology::Cluster { client, .. } => {
+            Topology::Cluster { client, seeds, .. } => {
                 // One cluster connection already multiplexes over every node.
                 let client = (**client).clone();
                 let conn = bg
                     .run(async move { client.get_async_connection().await })
                     .await??;
-                let conn = Conn::new(Link::Cluster(conn, Arc::new(SlotMap::default())), mode);
+                let nodes = NodeConns::new(
+                    seeds[0].clone(),
+                    connect_timeout,
+                    response_timeout,
+                    bg.handle().clone(),
+                );
+                let conn = Conn::new(Link::Cluster(conn, Arc::new(SlotMap::new(nodes))), mode);
                 return Ok(Pool::new(vec![conn]));
             }
         };
@@ -200,9 +207,11 @@ impl Topology {
                     let follower = Follower::start(spec, on).await?;
                     Ok(Conn::new(Link::Sentinel(SentinelConn(follower)), mode))
                 }
-                Topology::Cluster { client, .. } => {
+                Topology::Cluster { client, seeds, .. } => {
                     let conn = client.get_async_connection().await?;
-                    let slots = Arc::new(SlotMap::default());
+                    let nodes =
+                        NodeConns::new(seeds[0].clone(), connect_timeout, response_timeout, on);
+                    let slots = Arc::new(SlotMap::new(nodes));
                     Ok(Conn::new(Link::Cluster(conn, slots), mode))
                 }
             }
