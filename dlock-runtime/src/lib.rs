@@ -210,16 +210,18 @@
 //! rises for the next holder, and it is what protects the store.
 //!
 //! A master frozen rather than dead (SIGSTOP, a stalled host, a link that drops packets) and
-//! promoted past holds up only its own slots. The watchdog's per-node renewals go over a
-//! connection of their own to each master the slot map names, so the failover watch's pass
-//! renews the holds on the new master (`tests/cluster`, `failover::a_promotion_past_…`: the
-//! hold kept there, and 200-300 acquire + release cycles on a healthy master in the 4 s after
-//! the promotion, the slowest 3-24 ms). Acquires and releases of those slots go through
-//! redis-rs's cluster connection, which reads the slot map again on a redirect or a broken
-//! link, not on a timeout (redis-rs 1.8): they time out until the frozen node answers again
-//! (it then redirects) or its link breaks. Before, a renewal sent to the new master by its
-//! address made redis-rs reconnect to every seed, the frozen one included, and stopped every
-//! request of the client for 5 s.
+//! promoted past holds up only its own slots. The watchdog's per-node renewals (plain, fair
+//! and Redisson-lock holds without replica sync, on Redis 7 and later) go over a connection of
+//! their own to each master the slot map names, so the failover watch's pass renews those
+//! holds on the new master (`tests/cluster`, `failover::a_promotion_past_…`: the hold renewed
+//! there 4-5 s after the freeze, and 270-300 acquire + release cycles on a healthy master in
+//! the 4 s after the promotion, the slowest 9-22 ms). Everything else goes through redis-rs's
+//! cluster connection, which reads the slot map again on a redirect or a broken link, not on a
+//! timeout (redis-rs 1.8): acquires and releases of the frozen master's slots, and renewals
+//! sent per slot (the other kinds, replica-synced holds, Redis 6.2), time out until it answers
+//! again (it then redirects) or its link breaks; such a hold is reported lost if its lease runs
+//! out first. Before, a renewal sent to the new master by its address made redis-rs reconnect
+//! to every seed, the frozen one included, and stopped every request of the client for 5 s.
 //!
 //! # Stores
 //!

@@ -607,12 +607,13 @@ async fn renew_call_unbounded(
             let call = kind.renew(&claims(holds), true);
             match renew_reply(&call, conn, Some(node), sync, progress).await {
                 Ok(v) => Ok(v),
-                // Sent to a node that has since left the slot map (a frozen master, its replica
-                // promoted): per slot would go where redis-rs's map still says, maybe that node
-                // again. Unknown for now; the pass the change started (the failover watch's)
-                // regroups them by the new map.
-                Err(e) if left_the_map(&e) => {
-                    tracing::debug!(error = %e, %node, "dlock watchdog: per-node renewal's node left the slot map");
+                // The node did not answer (frozen, dead, unreachable) or has left the slot map
+                // since (its replica promoted): per slot would go where redis-rs's map says,
+                // which it reads again only on a redirect or a broken link, so maybe to that
+                // node again. Unknown for now: the next pass groups them by the map the
+                // failover watch reads.
+                Err(e) if left_the_map(&e) || e.code().is_none() => {
+                    tracing::debug!(error = %e, %node, "dlock watchdog: per-node renewal got no answer");
                     return vec![None; holds.len()];
                 }
                 Err(e) => {

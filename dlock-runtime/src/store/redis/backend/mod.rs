@@ -1,11 +1,11 @@
 //! The Redis side, and nothing of locks: connections per topology (one server, a cluster, a
 //! Sentinel-managed primary), the client's own thread that drives them, the cluster slot map
-//! and the connections to the masters it names, Lua scripts and their loading (one FUNCTION library), and how names become hash-tagged keys.
+//! and a connection to each master it names, Lua scripts and their loading (one FUNCTION
+//! library), and how names become hash-tagged keys.
 //!
-//! Imports only `settings` and `error`. Bottom to top: `retry`, `names`, `open`, `thread`, `node_conns`,
-//! `slots`,
-//! `sentinel_ask`, `sentinel_events`, `sentinel`, `library`, `conn`, `script`, `topology`,
-//! `sync_conn`.
+//! Imports only `settings` and `error`. Bottom to top: `retry`, `names`, `open`, `thread`,
+//! `node_conns`, `slots`, `sentinel_ask`, `sentinel_events`, `sentinel`, `library`, `conn`,
+//! `script`, `topology`, `sync_conn`.
 
 pub(crate) mod acl;
 pub(crate) mod conn;

@@ -1,6 +1,6 @@
 //! Connections of the client's own to cluster masters, for the calls it routes to a node
 //! itself (the watchdog's per-node renewals, a library load after one), by the slot map it
-//! read (`slots.rs`).
+//! read (`slots.rs`). Every other request goes through redis-rs's cluster connection.
 //!
 //! Not through redis-rs's cluster connection, for two reasons seen with a master frozen
 //! (SIGSTOP; a stalled host or a link that drops packets is the same) and its replica promoted:
@@ -126,10 +126,9 @@ impl NodeConns {
             } => reply,
             _ = entry.left.cancelled() => return Err(left()),
         };
-        if let Err(e) = &reply {
-            if !matches!(e.kind(), redis::ErrorKind::Server(_)) {
-                self.forget(node, &entry);
-            }
+        // A server's error reply (it has a code) says nothing against the connection.
+        if reply.as_ref().is_err_and(|e| e.code().is_none()) {
+            self.forget(node, &entry);
         }
         reply
     }
@@ -158,10 +157,20 @@ impl NodeConns {
         self.nodes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    async fn conn(&self, node: &NodeAddr, entry: &Node) -> RedisResult<MultiplexedConnection> {
+    async fn conn(&self, node: &NodeAddr, entry: &Entry) -> RedisResult<MultiplexedConnection> {
         let mut slot = entry.conn.lock().await;
         if let Some(conn) = &*slot {
             return Ok(conn.clone());
+        }
+        // Forgotten while this caller waited its turn: the caller before it failed on the node
+        // just now. Fail too rather than try again, each caller in turn, for a connect timeout
+        // each (a frozen node).
+        if !self.lock().get(node).is_some_and(|e| Arc::ptr_eq(e, entry)) {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "not connected",
+                format!("the connection to cluster node {node} failed just now"),
+            )));
         }
         let client = self.client_for(node)?;
         let config = AsyncConnectionConfig::new()

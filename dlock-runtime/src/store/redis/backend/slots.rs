@@ -13,8 +13,10 @@ use crate::store::redis::backend::names::cluster_slot;
 pub(crate) use crate::store::redis::backend::node_conns::NodeAddr;
 use crate::store::redis::backend::node_conns::NodeConns;
 
-/// How long a slot map is trusted without a failure saying otherwise. A failover moves slots
-/// within seconds; a renewal sent to the old node fails, invalidates the map and is retried.
+/// How long a slot map is trusted without being read again. A failover moves slots within
+/// seconds; while holds exist the failover watch reads the map every 250 ms
+/// ([`SlotMap::owners_now`]), and a per-node call refused by its node (slots moved) invalidates
+/// it.
 const MAX_AGE: Duration = Duration::from_secs(5);
 
 /// First slot, last slot, the master serving them.
@@ -23,8 +25,15 @@ type Ranges = Vec<(u16, u16, NodeAddr)>;
 /// Slot ranges -> master, fetched with `CLUSTER SLOTS` and cached, and a connection to each
 /// master it names.
 pub(crate) struct SlotMap {
-    cached: Mutex<Option<(Ranges, Instant)>>,
+    cached: Mutex<Option<Cached>>,
     nodes: NodeConns,
+}
+
+/// One read of the slot map: by address (where calls go) and by node id (what tells a change).
+struct Cached {
+    ranges: Ranges,
+    owners: Owners,
+    at: Instant,
 }
 
 impl SlotMap {
@@ -75,14 +84,13 @@ impl SlotMap {
     }
 
     async fn ranges(&self, conn: &mut ClusterConnection) -> Option<Ranges> {
-        if let Some((ranges, at)) = &*self.cached.lock().unwrap_or_else(|e| e.into_inner()) {
-            if at.elapsed() < MAX_AGE {
-                return Some(ranges.clone());
+        if let Some(c) = &*self.cached.lock().unwrap_or_else(|e| e.into_inner()) {
+            if c.at.elapsed() < MAX_AGE {
+                return Some(c.ranges.clone());
             }
         }
-        let ranges = fetch(conn).await?;
-        self.store(&ranges);
-        Some(ranges)
+        let reply = cluster_slots(conn).await?;
+        self.take(&reply).map(|(ranges, _)| ranges)
     }
 
     /// Which master (by node id) serves which slots, as one node sees it now. The addresses in
@@ -92,19 +100,31 @@ impl SlotMap {
     /// per-slot routing, which still names it.
     pub(crate) async fn owners_now(&self, conn: &mut ClusterConnection) -> Option<Owners> {
         let reply = cluster_slots(conn).await?;
-        if let Some(ranges) = parse_slots(&reply) {
-            self.store(&ranges);
-        }
-        let mut owners = slot_entries(&reply, |master| text(master.get(2)?))?;
-        owners.sort();
-        Some(owners)
+        self.take(&reply).map(|(_, owners)| owners)
     }
 
-    fn store(&self, ranges: &Ranges) {
+    /// A `CLUSTER SLOTS` reply read now, made the cached map. The same masters (by node id) as
+    /// cached keep the cached addresses and their connections: one node's answer may name a
+    /// master by another address than the last one asked did (no `cluster-announce-ip`), which
+    /// is no change. Other masters replace them, and the calls still waiting on a node that
+    /// left end ([`NodeConns::keep_only`]).
+    fn take(&self, reply: &Value) -> Option<(Ranges, Owners)> {
+        let ranges = parse_slots(reply)?;
+        let mut owners = slot_entries(reply, |master| text(master.get(2)?))?;
+        owners.sort();
+        let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = cached.as_mut().filter(|c| c.owners == owners) {
+            c.at = Instant::now();
+            return Some((c.ranges.clone(), owners));
+        }
         self.nodes
             .keep_only(&ranges.iter().map(|(_, _, n)| n).collect::<Vec<_>>());
-        *self.cached.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some((ranges.clone(), Instant::now()));
+        *cached = Some(Cached {
+            ranges: ranges.clone(),
+            owners: owners.clone(),
+            at: Instant::now(),
+        });
+        Some((ranges, owners))
     }
 }
 
