@@ -211,6 +211,21 @@ impl LockClientBuilder {
         self
     }
 
+    /// Prepares each of the PostgreSQL store's calls once per connection (a named statement)
+    /// instead of sending its text to be parsed and planned with every call (default: off).
+    /// Measured with `perf/pg-peers`: the uncontended cycle and the handoff 20-25 % shorter, the
+    /// server's time per cycle a quarter less.
+    ///
+    /// Only on a direct connection, a session-mode pool, or a transaction-mode pooler that
+    /// keeps prepared statements per client (PgBouncer 1.21 or later with
+    /// `max_prepared_statements` above 0). Any other transaction-mode pooler runs the next
+    /// statement on another server connection, where the name is unknown (the call fails,
+    /// naming this setting) or names another client's statement. Ignored for Redis.
+    pub fn postgres_prepared_statements(mut self, on: bool) -> Self {
+        self.settings.postgres_prepared_statements = on;
+        self
+    }
+
     /// The session timeout a ZooKeeper client asks for (a `zk://` URL; default 30 s, and the
     /// server clamps it to 2 to 20 of its ticks). On ZooKeeper the session is every hold's
     /// lease: a holder that stops talking to the ensemble for this long loses its locks, and a

@@ -243,6 +243,7 @@ impl Shared {
         )
         .await
         .map_err(failed)?;
+        store.prepare_statements(b.postgres_prepared_statements);
         let stop = CancellationToken::new();
         let watchdog = Arc::new(Watchdog::start(
             Renewer::Postgres(store.clone()),

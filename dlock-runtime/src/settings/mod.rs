@@ -136,6 +136,9 @@ pub(crate) struct Settings {
     /// Where the PostgreSQL store's LISTEN connection goes, when not to the target's URL (a
     /// transaction-mode pooler in front of the server forwards no notifications).
     pub(crate) postgres_listen_url: Option<String>,
+    /// Whether the PostgreSQL store prepares each call once per connection (named statements)
+    /// instead of sending its text with every call.
+    pub(crate) postgres_prepared_statements: bool,
     /// The session timeout a ZooKeeper client asks for (a `zk://` target): the lease of every
     /// hold it makes (see `store/zookeeper/mod.rs`).
     pub(crate) zookeeper_session_timeout: Duration,
@@ -192,6 +195,7 @@ impl Settings {
             sync: None,
             postgres_schema: DEFAULT_POSTGRES_SCHEMA.to_owned(),
             postgres_listen_url: None,
+            postgres_prepared_statements: false,
             zookeeper_session_timeout: DEFAULT_ZOOKEEPER_SESSION_TIMEOUT,
         }
     }
@@ -421,6 +425,10 @@ impl std::fmt::Debug for Settings {
             .field(
                 "postgres_listen_url",
                 &self.postgres_listen_url.as_deref().map(redact),
+            )
+            .field(
+                "postgres_prepared_statements",
+                &self.postgres_prepared_statements,
             )
             .finish()
     }

@@ -3,6 +3,8 @@
 //! acquire + release cycle as a ratio to a `SELECT 1` round trip of this run, and the handoff
 //! (release -> the waiting client holds) as a ratio to a `SELECT 1` sent after the same idle time,
 //! also for dlock's fair lock, whose release grants the waiter and tells it on its own channel.
+//! With `--prepared`, dlock's clients send each call as a named statement prepared once per
+//! connection (`postgres_prepared_statements`); without, as its text (the default).
 //! Where the server runs on this machine, also the server's CPU time per cycle (every server
 //! process's time on a CPU, from `/proc/<pid>/schedstat`, summed over the cycles), beside the
 //! same for one `SELECT 1`.
@@ -186,10 +188,17 @@ async fn main() {
     let (idle_rtt, _) = select1(&admin, &url, 200, PARKED).await;
     println!("SELECT 1 RTT (median of 2000): {rtt:?}; after {PARKED:?} idle (median of 200): {idle_rtt:?}\n");
 
-    let (a, b) = (
-        LockClient::connect(&url).await.expect("dlock"),
-        LockClient::connect(&url).await.expect("dlock"),
-    );
+    // `--prepared`: dlock's calls as named statements, prepared once per connection.
+    let prepared = std::env::args().any(|a| a == "--prepared");
+    println!("dlock's postgres_prepared_statements: {prepared}");
+    let dlock_client = || async {
+        LockClient::builder(url.as_str())
+            .postgres_prepared_statements(prepared)
+            .build()
+            .await
+            .expect("dlock")
+    };
+    let (a, b) = (dlock_client().await, dlock_client().await);
     let provider = PostgresLockProvider::new(url.clone())
         .await
         .expect("distributed-lock");

@@ -1,12 +1,13 @@
 //! The store's fixed set of connections: each opened on the client's own runtime, reopened by
 //! one caller when it closed, forgotten after a call timed out on it.
 
-use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Statement};
 
 use super::calls::Calls;
 use super::errors::PgError;
@@ -25,6 +26,9 @@ pub(super) struct Inner {
     pub(super) next: AtomicUsize,
     pub(super) connect_timeout: Duration,
     pub(super) response_timeout: Duration,
+    /// Calls go as named statements, prepared once per connection (the builder's
+    /// `postgres_prepared_statements`).
+    pub(super) prepared: AtomicBool,
     /// The client's own runtime: connections are opened and driven there, so they outlive
     /// whichever runtime the caller happens to run on.
     pub(super) rt: Handle,
@@ -36,9 +40,70 @@ pub(super) struct Slot {
     pub(super) client: Mutex<Option<Arc<Client>>>,
     /// Taken while reopening, so one caller reconnects and the others then use its client.
     pub(super) reopening: tokio::sync::Mutex<()>,
+    /// The statements prepared on the slot's connection, by SQL text.
+    pub(super) statements: Mutex<Prepared>,
+}
+
+/// Statements prepared on one connection: they exist only there, so a new connection starts
+/// with none.
+#[derive(Default)]
+pub(super) struct Prepared {
+    on: Weak<Client>,
+    by_sql: HashMap<String, Statement>,
 }
 
 impl Inner {
+    pub(super) fn prepared(&self) -> bool {
+        self.prepared.load(Ordering::Relaxed)
+    }
+
+    /// The statement for `sql` prepared on `client` (the slot's connection), if any.
+    pub(super) fn statement(
+        &self,
+        slot: usize,
+        client: &Arc<Client>,
+        sql: &str,
+    ) -> Option<Statement> {
+        let prepared = self.slots[slot]
+            .statements
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if !Weak::ptr_eq(&prepared.on, &Arc::downgrade(client)) {
+            return None;
+        }
+        prepared.by_sql.get(sql).cloned()
+    }
+
+    /// Keeps `statement`, prepared for `sql` on `client`; a new connection's first one forgets
+    /// the old connection's.
+    pub(super) fn keep_statement(
+        &self,
+        slot: usize,
+        client: &Arc<Client>,
+        sql: &str,
+        statement: Statement,
+    ) {
+        let mut prepared = self.slots[slot]
+            .statements
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if !Weak::ptr_eq(&prepared.on, &Arc::downgrade(client)) {
+            *prepared = Prepared {
+                on: Arc::downgrade(client),
+                by_sql: HashMap::new(),
+            };
+        }
+        prepared.by_sql.insert(sql.to_owned(), statement);
+    }
+
+    /// Forgets every statement of `slot` (the server said one is gone or stale).
+    pub(super) fn forget_statements(&self, slot: usize) {
+        *self.slots[slot]
+            .statements
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Prepared::default();
+    }
+
     /// The open client of `slot`, reopened first if it closed.
     pub(super) async fn client(&self, slot: usize) -> Result<Arc<Client>, PgError> {
         let slot = &self.slots[slot];

@@ -7,8 +7,9 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{FromSql, ToSql, Type};
-use tokio_postgres::Row;
+use tokio_postgres::{Client, Row};
 
 use super::channel::pg_channel;
 use super::connections::Inner;
@@ -40,6 +41,16 @@ fn offered(kind: &dyn LockKind) -> Result<Offered, PgError> {
 
 /// Column `i` of a reply; a reply of another shape (a schema migrated by another version) is
 /// an error, not a panic.
+/// The server knows no statement of that name: the connection behind a pooler changed.
+fn lost_statement(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&SqlState::INVALID_SQL_STATEMENT_NAME)
+}
+
+/// "cached plan must not change result type": prepared before a function it calls changed.
+fn stale_statement(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED)
+}
+
 fn column<'a, T: FromSql<'a>>(row: &'a Row, i: usize) -> Result<T, PgError> {
     row.try_get(i)
         .map_err(|e| PgError::postgres("reading the reply of dlock's SQL function", e))
@@ -157,10 +168,28 @@ impl PgLink {
         let mut resent = false;
         loop {
             let client = self.inner.client(self.slot).await?;
-            match tokio::time::timeout_at(deadline, client.query_typed(sql, params)).await {
+            match tokio::time::timeout_at(deadline, self.run(&client, sql, params)).await {
                 Err(_) => {
                     self.inner.discard(self.slot, &client);
                     return Err(PgError::timeout(what(), timeout));
+                }
+                Ok(Err(e)) if self.inner.prepared() && lost_statement(&e) => {
+                    self.inner.forget_statements(self.slot);
+                    return Err(PgError::refused(
+                        what(),
+                        format!(
+                            "the server connection does not have dlock's prepared statement \
+                             ({e}): a pooler in transaction mode that does not keep prepared \
+                             statements per client (PgBouncer before 1.21, or \
+                             max_prepared_statements = 0) is in between; turn \
+                             postgres_prepared_statements off, or connect past the pooler"
+                        ),
+                    ));
+                }
+                Ok(Err(e)) if self.inner.prepared() && stale_statement(&e) && !resent => {
+                    // A migration replaced a function since the statement was prepared.
+                    self.inner.forget_statements(self.slot);
+                    resent = true;
                 }
                 Ok(Err(e)) => {
                     // Closed, or the server's goodbye on it (`pg_terminate_backend`, a shutdown:
@@ -180,6 +209,31 @@ impl PgLink {
                 Ok(Ok(rows)) => return Ok(rows),
             }
         }
+    }
+
+    /// One call of `sql` on `client`: its text with its parameters' types, or the statement
+    /// prepared for it on that connection (prepared now, the first time).
+    async fn run(
+        &self,
+        client: &Arc<Client>,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        if !self.inner.prepared() {
+            return client.query_typed(sql, params).await;
+        }
+        let statement = match self.inner.statement(self.slot, client, sql) {
+            Some(statement) => statement,
+            None => {
+                let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+                let statement = client.prepare_typed(sql, &types).await?;
+                self.inner
+                    .keep_statement(self.slot, client, sql, statement.clone());
+                statement
+            }
+        };
+        let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+        client.query(&statement, &values).await
     }
 
     /// Takes `claim`'s lock, or re-enters it when `reentry` (the marker that lets a cancelled

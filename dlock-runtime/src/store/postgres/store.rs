@@ -39,6 +39,7 @@ impl PgStore {
             .map(|_| Slot {
                 client: Mutex::new(None),
                 reopening: tokio::sync::Mutex::new(()),
+                statements: Mutex::new(Default::default()),
             })
             .collect();
         let store = Arc::new(PgStore {
@@ -50,6 +51,7 @@ impl PgStore {
                 next: AtomicUsize::new(0),
                 connect_timeout,
                 response_timeout,
+                prepared: false.into(),
                 rt: rt.clone(),
             }),
         });
@@ -60,6 +62,14 @@ impl PgStore {
         }
         store.ensure_schema().await?;
         Ok(store)
+    }
+
+    /// Sends every call as a named statement, prepared once per connection (`on`), or as its
+    /// text with its parameters' types (the default: no statement a pooler could lose).
+    pub(crate) fn prepare_statements(&self, on: bool) {
+        self.inner
+            .prepared
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Creates or updates dlock's tables and functions (idempotent; safe from many clients at

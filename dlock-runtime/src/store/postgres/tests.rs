@@ -1506,3 +1506,115 @@ async fn a_done_owners_row_answers_its_release_retry_and_refuses_its_late_acquir
     let b = claim(&Plain, "done", "b", LEASE);
     assert_eq!(link.acquire(&Plain, &b, None, LEASE).await.unwrap().0, 1);
 }
+
+/// The names of the statements prepared on `link`'s connection whose text is one of `sql`, as
+/// that session's `pg_prepared_statements` lists them (asked over the same connection).
+async fn prepared_on(link: &super::link::PgLink, sql: &[&str]) -> Vec<String> {
+    let rows = link
+        .query(
+            || "reading pg_prepared_statements".to_owned(),
+            "SELECT name, statement FROM pg_prepared_statements ORDER BY name",
+            &[],
+        )
+        .await
+        .unwrap();
+    rows.iter()
+        .filter(|r| sql.contains(&r.get::<_, String>(1).as_str()))
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// With `postgres_prepared_statements` on, each call is prepared once per connection and then
+/// sent by name; a new connection prepares them again; a server connection that lost them (a
+/// pooler that does not keep them handed the call to another) fails the call with an error
+/// naming the setting, and the next call prepares them again.
+#[tokio::test(flavor = "multi_thread")]
+async fn prepared_statements_are_prepared_once_per_connection() {
+    if !available("prepared_statements_are_prepared_once_per_connection") {
+        return;
+    }
+    let app = format!("dlock_prepared_{:08x}", rand::random::<u32>());
+    let mut config: Config = shared().url().parse().unwrap();
+    config.application_name(&app);
+    let schema = fresh_schema("prepared");
+    let store = PgStore::connect(config, &schema, 1, TIMEOUT, TIMEOUT, &Handle::current())
+        .await
+        .unwrap();
+    let q = format!("\"{schema}\"");
+    let acquire_sql =
+        format!("SELECT held, detail FROM {q}.plain_acquire($1, $2, $3, $4, $5, $6, $7)");
+    let release_sql =
+        format!("SELECT remaining, listeners FROM {q}.plain_release($1, $2, $3, $4, $5, $6)");
+    let calls = [acquire_sql.as_str(), release_sql.as_str()];
+    let a = claim(&Plain, "prepared:1", "a:1", LEASE);
+    let link = store.link_for(&a.keys.key);
+    // Each cycle by an owner of its own: a released owner is done (its late requests refused).
+    let cycles = |from: usize, n: usize| {
+        let link = &link;
+        async move {
+            for i in from..from + n {
+                let c = claim(&Plain, "prepared:1", &format!("c:{i}"), LEASE);
+                assert_eq!(link.acquire(&Plain, &c, None, LEASE).await.unwrap().0, 1);
+                let latch = format!("{}l{i}", c.keys.latch_prefix);
+                assert_eq!(
+                    link.release(&Plain, &c, &latch, LEASE).await.unwrap(),
+                    (0, Some(-2))
+                );
+            }
+        }
+    };
+
+    // Off (the default): the text goes with every call, nothing is prepared by name.
+    cycles(0, 3).await;
+    assert!(prepared_on(&link, &calls).await.is_empty());
+
+    store.prepare_statements(true);
+    cycles(3, 5).await;
+    let first = prepared_on(&link, &calls).await;
+    assert_eq!(
+        first.len(),
+        2,
+        "each call prepared once in 5 cycles: {first:?}"
+    );
+
+    // A new connection has none: prepared again there, once each.
+    let ended = shared()
+        .psql(&format!(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name = '{app}'"
+        ))
+        .unwrap();
+    assert_eq!(ended, "1");
+    let mut failures = 0;
+    for _ in 0..3 {
+        match link.acquire(&Plain, &a, None, LEASE).await {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(e.is_link_error(), "{e}");
+                failures += 1;
+            }
+        }
+    }
+    assert!(failures <= 1, "{failures} failures");
+    let latch = format!("{}l-reopened", a.keys.latch_prefix);
+    link.release(&Plain, &a, &latch, LEASE).await.unwrap();
+    cycles(8, 3).await;
+    assert_eq!(prepared_on(&link, &calls).await.len(), 2);
+
+    // The statements gone from the server connection, as behind a pooler that does not keep
+    // them: the call fails naming the setting, changing nothing; the next one prepares again.
+    store.prepare_statements(false);
+    link.query(|| "DEALLOCATE ALL".to_owned(), "DEALLOCATE ALL", &[])
+        .await
+        .unwrap();
+    store.prepare_statements(true);
+    let e = link.acquire(&Plain, &a, None, LEASE).await.unwrap_err();
+    let said = e.to_string();
+    assert!(
+        said.contains("postgres_prepared_statements") && said.contains("prepared:1"),
+        "{said}"
+    );
+    assert!(!link.exists(&Plain, &a.keys.key).await.unwrap());
+    cycles(11, 2).await;
+    assert_eq!(prepared_on(&link, &calls).await.len(), 2);
+}
