@@ -216,11 +216,15 @@ impl LockClientBuilder {
     /// Measured with `perf/pg-peers`: the uncontended cycle and the handoff 20-25 % shorter, the
     /// server's time per cycle a quarter less.
     ///
-    /// Only on a direct connection, a session-mode pool, or a transaction-mode pooler that
-    /// keeps prepared statements per client (PgBouncer 1.21 or later with
+    /// **Only on a direct connection, a session-mode pool, or a transaction-mode pooler that
+    /// keeps prepared statements per client** (PgBouncer 1.21 or later with
     /// `max_prepared_statements` above 0). Any other transaction-mode pooler runs the next
-    /// statement on another server connection, where the name is unknown (the call fails,
-    /// naming this setting) or names another client's statement. Ignored for Redis.
+    /// statement on another server connection. Where the name is unknown there, or already
+    /// taken, or names a statement of other parameters, the call fails naming this setting.
+    /// But statement names are the same in every process (`s0`, `s1`, ...), so the name may
+    /// also be another dlock client's statement of the same parameters: another of dlock's
+    /// calls runs with this call's arguments (a force-unlock in place of a name's record), and
+    /// no lock is safe. Ignored for Redis and ZooKeeper.
     pub fn postgres_prepared_statements(mut self, on: bool) -> Self {
         self.settings.postgres_prepared_statements = on;
         self

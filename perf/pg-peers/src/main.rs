@@ -3,8 +3,8 @@
 //! acquire + release cycle as a ratio to a `SELECT 1` round trip of this run, and the handoff
 //! (release -> the waiting client holds) as a ratio to a `SELECT 1` sent after the same idle time,
 //! also for dlock's fair lock, whose release grants the waiter and tells it on its own channel.
-//! With `--prepared`, dlock's clients send each call as a named statement prepared once per
-//! connection (`postgres_prepared_statements`); without, as its text (the default).
+//! dlock's plain lock runs twice in each round: its calls sent as their text (the default) and
+//! as named statements prepared once per connection (`postgres_prepared_statements`).
 //! Where the server runs on this machine, also the server's CPU time per cycle (every server
 //! process's time on a CPU, from `/proc/<pid>/schedstat`, summed over the cycles), beside the
 //! same for one `SELECT 1`.
@@ -166,6 +166,50 @@ impl Floor {
     }
 }
 
+/// dlock's uncontended cycle on `client`, `CYCLES` times: each cycle's time into `out`, the
+/// server's CPU per cycle into `cpu`.
+async fn dlock_cycles(
+    client: &LockClient,
+    admin: &tokio_postgres::Client,
+    out: &mut Vec<Duration>,
+    cpu: &mut Vec<Duration>,
+) {
+    let lock = client.lock("peers:cycle");
+    let before = server_cpu(admin).await;
+    for _ in 0..CYCLES {
+        let t = Instant::now();
+        let g = lock.acquire().await.expect("acquire");
+        g.release().await.expect("release");
+        out.push(t.elapsed());
+    }
+    cpu.extend(per_call(before, server_cpu(admin).await, CYCLES));
+}
+
+/// dlock's plain handoff from `a` to a task of `b` parked on the lock, `HANDOFFS` times: the
+/// handoff into `out`, the holder's release call into `release_calls`.
+async fn dlock_handoffs(
+    a: &LockClient,
+    b: &LockClient,
+    out: &mut Vec<Duration>,
+    release_calls: &mut Vec<Duration>,
+) {
+    for _ in 0..HANDOFFS {
+        let g = a.lock("peers:handoff").acquire().await.expect("acquire");
+        let waiting = b.lock("peers:handoff").wait(Duration::from_secs(10));
+        let next = tokio::spawn(async move {
+            let g = waiting.acquire().await.expect("next");
+            let at = Instant::now();
+            g.release().await.expect("release");
+            at
+        });
+        tokio::time::sleep(PARKED).await;
+        let released = Instant::now();
+        g.release().await.expect("release");
+        release_calls.push(released.elapsed());
+        out.push(next.await.expect("task").duration_since(released));
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let server;
@@ -188,17 +232,18 @@ async fn main() {
     let (idle_rtt, _) = select1(&admin, &url, 200, PARKED).await;
     println!("SELECT 1 RTT (median of 2000): {rtt:?}; after {PARKED:?} idle (median of 200): {idle_rtt:?}\n");
 
-    // `--prepared`: dlock's calls as named statements, prepared once per connection.
-    let prepared = std::env::args().any(|a| a == "--prepared");
-    println!("dlock's postgres_prepared_statements: {prepared}");
-    let dlock_client = || async {
-        LockClient::builder(url.as_str())
-            .postgres_prepared_statements(prepared)
-            .build()
-            .await
-            .expect("dlock")
+    let dlock_client = |prepared: bool| {
+        let url = url.clone();
+        async move {
+            LockClient::builder(url)
+                .postgres_prepared_statements(prepared)
+                .build()
+                .await
+                .expect("dlock")
+        }
     };
-    let (a, b) = (dlock_client().await, dlock_client().await);
+    let (a, b) = (dlock_client(false).await, dlock_client(false).await);
+    let (pa, pb) = (dlock_client(true).await, dlock_client(true).await);
     let provider = PostgresLockProvider::new(url.clone())
         .await
         .expect("distributed-lock");
@@ -207,9 +252,12 @@ async fn main() {
         .expect("distributed-lock");
 
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let mut ours_prepared = Vec::new();
     // Server CPU per cycle, one reading per round.
     let (mut our_cpu, mut their_cpu) = (Vec::new(), Vec::new());
+    let mut our_prepared_cpu = Vec::new();
     let (mut our_handoffs, mut their_handoffs) = (Vec::new(), Vec::new());
+    let (mut prepared_handoffs, mut prepared_release_calls) = (Vec::new(), Vec::new());
     let mut fair_handoffs = Vec::new();
     let mut floor = Floor::open(&url).await;
     let (mut notify_floor, mut ask_floor) = (Vec::new(), Vec::new());
@@ -223,16 +271,9 @@ async fn main() {
             notify_floor.push(woken);
             ask_floor.push(answered);
         }
-        // dlock: the uncontended cycle.
-        let lock = a.lock("peers:cycle");
-        let before = server_cpu(&admin).await;
-        for _ in 0..CYCLES {
-            let t = Instant::now();
-            let g = lock.acquire().await.expect("acquire");
-            g.release().await.expect("release");
-            ours.push(t.elapsed());
-        }
-        our_cpu.extend(per_call(before, server_cpu(&admin).await, CYCLES));
+        // dlock: the uncontended cycle, sent as text, then prepared.
+        dlock_cycles(&a, &admin, &mut ours, &mut our_cpu).await;
+        dlock_cycles(&pa, &admin, &mut ours_prepared, &mut our_prepared_cpu).await;
         // distributed-lock: the same.
         let lock = provider.create_lock("peers:cycle");
         let before = server_cpu(&admin).await;
@@ -246,22 +287,15 @@ async fn main() {
             theirs.push(t.elapsed());
         }
         their_cpu.extend(per_call(before, server_cpu(&admin).await, CYCLES));
-        // dlock: handoff between two clients.
-        for _ in 0..HANDOFFS {
-            let g = a.lock("peers:handoff").acquire().await.expect("acquire");
-            let waiting = b.lock("peers:handoff").wait(Duration::from_secs(10));
-            let next = tokio::spawn(async move {
-                let g = waiting.acquire().await.expect("next");
-                let at = Instant::now();
-                g.release().await.expect("release");
-                at
-            });
-            tokio::time::sleep(PARKED).await;
-            let released = Instant::now();
-            g.release().await.expect("release");
-            release_calls.push(released.elapsed());
-            our_handoffs.push(next.await.expect("task").duration_since(released));
-        }
+        // dlock: handoff between two clients, sent as text, then prepared.
+        dlock_handoffs(&a, &b, &mut our_handoffs, &mut release_calls).await;
+        dlock_handoffs(
+            &pa,
+            &pb,
+            &mut prepared_handoffs,
+            &mut prepared_release_calls,
+        )
+        .await;
         // dlock's fair lock: the release grants the parked waiter and NOTIFYs it.
         for _ in 0..HANDOFFS {
             let g = a.fair_lock("peers:fair").acquire().await.expect("acquire");
@@ -309,7 +343,11 @@ async fn main() {
             println!("server CPU: not measured (the server's processes are not on this machine)")
         }
     }
-    for (name, v) in [("dlock", our_cpu), ("distributed-lock-postgres", their_cpu)] {
+    for (name, v) in [
+        ("dlock", our_cpu),
+        ("dlock prepared", our_prepared_cpu),
+        ("distributed-lock-postgres", their_cpu),
+    ] {
         if !v.is_empty() {
             let (m, lo, hi) = (
                 median(v.clone()),
@@ -321,6 +359,7 @@ async fn main() {
     }
     for (name, v) in [
         ("dlock (lease rows)", ours),
+        ("dlock prepared", ours_prepared),
         ("distributed-lock-postgres (advisory)", theirs),
     ] {
         let (m, p) = (median(v.clone()), p99(v));
@@ -332,11 +371,13 @@ async fn main() {
     }
     for (name, v) in [
         ("dlock (NOTIFY)", our_handoffs),
+        ("dlock prepared", prepared_handoffs),
         ("dlock fair (grant + NOTIFY)", fair_handoffs),
         ("distributed-lock-postgres", their_handoffs),
         ("NOTIFY floor", notify_floor),
         ("NOTIFY + round trip floor", ask_floor),
         ("dlock plain: the holder's release call", release_calls),
+        ("dlock prepared: the release call", prepared_release_calls),
     ] {
         let (m, p) = (median(v.clone()), p99(v));
         println!(

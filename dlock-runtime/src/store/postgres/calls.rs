@@ -2,8 +2,10 @@
 
 use super::schema::Schema;
 
-/// The SQL text of every call, with the schema filled in. Parameters are sent with their
-/// types (`query_typed`): one round trip, no named prepared statement a pooler would lose.
+/// The SQL text of every call, with the schema filled in. By default sent with their
+/// parameters' types (`query_typed`): one round trip, no named prepared statement a pooler
+/// would lose; with `postgres_prepared_statements`, prepared once per connection
+/// (`PgLink::run`).
 pub(super) struct Calls {
     pub(super) plain_acquire: String,
     pub(super) plain_release: String,

@@ -74,8 +74,9 @@ impl Inner {
         prepared.by_sql.get(sql).cloned()
     }
 
-    /// Keeps `statement`, prepared for `sql` on `client`; a new connection's first one forgets
-    /// the old connection's.
+    /// Keeps `statement`, prepared for `sql` on `client`; the slot's new connection's first
+    /// one forgets the old connection's (a caller still on a connection the slot has replaced
+    /// keeps nothing).
     pub(super) fn keep_statement(
         &self,
         slot: usize,
@@ -88,6 +89,10 @@ impl Inner {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         if !Weak::ptr_eq(&prepared.on, &Arc::downgrade(client)) {
+            let current = open_client(&self.slots[slot]);
+            if !current.is_some_and(|c| Arc::ptr_eq(&c, client)) {
+                return;
+            }
             *prepared = Prepared {
                 on: Arc::downgrade(client),
                 by_sql: HashMap::new(),
@@ -96,12 +101,16 @@ impl Inner {
         prepared.by_sql.insert(sql.to_owned(), statement);
     }
 
-    /// Forgets every statement of `slot` (the server said one is gone or stale).
-    pub(super) fn forget_statements(&self, slot: usize) {
-        *self.slots[slot]
+    /// Forgets the statements of `slot` prepared on `client` (the server said one is gone or
+    /// stale there).
+    pub(super) fn forget_statements(&self, slot: usize, client: &Arc<Client>) {
+        let mut prepared = self.slots[slot]
             .statements
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Prepared::default();
+            .unwrap_or_else(|p| p.into_inner());
+        if Weak::ptr_eq(&prepared.on, &Arc::downgrade(client)) {
+            *prepared = Prepared::default();
+        }
     }
 
     /// The open client of `slot`, reopened first if it closed.

@@ -39,18 +39,31 @@ fn offered(kind: &dyn LockKind) -> Result<Offered, PgError> {
     }
 }
 
-/// Column `i` of a reply; a reply of another shape (a schema migrated by another version) is
-/// an error, not a panic.
-/// The server knows no statement of that name: the connection behind a pooler changed.
+/// What a server connection that is not the one the statements were prepared on answers (a
+/// pooler in transaction mode handed the call to another): no statement of that name (26000),
+/// one of that name already there (42P05), or another client's statement of that name, with
+/// other parameters (08P01) or of other types (22P03).
 fn lost_statement(e: &tokio_postgres::Error) -> bool {
-    e.code() == Some(&SqlState::INVALID_SQL_STATEMENT_NAME)
+    [
+        SqlState::INVALID_SQL_STATEMENT_NAME,
+        SqlState::DUPLICATE_PSTATEMENT,
+        SqlState::PROTOCOL_VIOLATION,
+        SqlState::INVALID_BINARY_REPRESENTATION,
+    ]
+    .iter()
+    .any(|c| e.code() == Some(c))
 }
 
-/// "cached plan must not change result type": prepared before a function it calls changed.
+/// "cached plan must not change result type": prepared before what it reads changed (0A000
+/// is any feature not supported: the routine that raises this one tells it apart, in every
+/// server language).
 fn stale_statement(e: &tokio_postgres::Error) -> bool {
     e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED)
+        && e.as_db_error().and_then(|d| d.routine()) == Some("RevalidateCachedQuery")
 }
 
+/// Column `i` of a reply; a reply of another shape (a schema migrated by another version) is
+/// an error, not a panic.
 fn column<'a, T: FromSql<'a>>(row: &'a Row, i: usize) -> Result<T, PgError> {
     row.try_get(i)
         .map_err(|e| PgError::postgres("reading the reply of dlock's SQL function", e))
@@ -174,21 +187,21 @@ impl PgLink {
                     return Err(PgError::timeout(what(), timeout));
                 }
                 Ok(Err(e)) if self.inner.prepared() && lost_statement(&e) => {
-                    self.inner.forget_statements(self.slot);
-                    return Err(PgError::refused(
+                    self.inner.forget_statements(self.slot, &client);
+                    return Err(PgError::explained(
                         what(),
-                        format!(
-                            "the server connection does not have dlock's prepared statement \
-                             ({e}): a pooler in transaction mode that does not keep prepared \
-                             statements per client (PgBouncer before 1.21, or \
-                             max_prepared_statements = 0) is in between; turn \
-                             postgres_prepared_statements off, or connect past the pooler"
-                        ),
+                        "the server connection does not have dlock's prepared statements: a \
+                         pooler in transaction mode that does not keep prepared statements per \
+                         client (PgBouncer before 1.21, or max_prepared_statements = 0) is in \
+                         between; turn postgres_prepared_statements off, or connect past the \
+                         pooler",
+                        e,
                     ));
                 }
                 Ok(Err(e)) if self.inner.prepared() && stale_statement(&e) && !resent => {
-                    // A migration replaced a function since the statement was prepared.
-                    self.inner.forget_statements(self.slot);
+                    // A migration replaced a function since the statement was prepared: the
+                    // server refused it before running it.
+                    self.inner.forget_statements(self.slot, &client);
                     resent = true;
                 }
                 Ok(Err(e)) => {
@@ -209,6 +222,15 @@ impl PgLink {
                 Ok(Ok(rows)) => return Ok(rows),
             }
         }
+    }
+
+    /// The slot's connection, for a test to act on the session itself.
+    #[cfg(test)]
+    pub(super) async fn session(&self) -> Arc<Client> {
+        self.inner
+            .client(self.slot)
+            .await
+            .expect("the link's connection")
     }
 
     /// One call of `sql` on `client`: its text with its parameters' types, or the statement

@@ -1527,7 +1527,7 @@ async fn prepared_on(link: &super::link::PgLink, sql: &[&str]) -> Vec<String> {
 /// With `postgres_prepared_statements` on, each call is prepared once per connection and then
 /// sent by name; a new connection prepares them again; a server connection that lost them (a
 /// pooler that does not keep them handed the call to another) fails the call with an error
-/// naming the setting, and the next call prepares them again.
+/// naming the setting, without running it, and the next call prepares them again.
 #[tokio::test(flavor = "multi_thread")]
 async fn prepared_statements_are_prepared_once_per_connection() {
     if !available("prepared_statements_are_prepared_once_per_connection") {
@@ -1546,8 +1546,7 @@ async fn prepared_statements_are_prepared_once_per_connection() {
     let release_sql =
         format!("SELECT remaining, listeners FROM {q}.plain_release($1, $2, $3, $4, $5, $6)");
     let calls = [acquire_sql.as_str(), release_sql.as_str()];
-    let a = claim(&Plain, "prepared:1", "a:1", LEASE);
-    let link = store.link_for(&a.keys.key);
+    let link = store.link_for(&claim(&Plain, "prepared:1", "x", LEASE).keys.key);
     // Each cycle by an owner of its own: a released owner is done (its late requests refused).
     let cycles = |from: usize, n: usize| {
         let link = &link;
@@ -1568,16 +1567,15 @@ async fn prepared_statements_are_prepared_once_per_connection() {
     cycles(0, 3).await;
     assert!(prepared_on(&link, &calls).await.is_empty());
 
+    // On: prepared by the first cycle, the same two statements for every cycle after it.
     store.prepare_statements(true);
-    cycles(3, 5).await;
+    cycles(3, 2).await;
     let first = prepared_on(&link, &calls).await;
-    assert_eq!(
-        first.len(),
-        2,
-        "each call prepared once in 5 cycles: {first:?}"
-    );
+    assert_eq!(first.len(), 2, "{first:?}");
+    cycles(5, 3).await;
+    assert_eq!(prepared_on(&link, &calls).await, first);
 
-    // A new connection has none: prepared again there, once each.
+    // A new connection has none: prepared again there (new names), once each.
     let ended = shared()
         .psql(&format!(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
@@ -1585,6 +1583,7 @@ async fn prepared_statements_are_prepared_once_per_connection() {
         ))
         .unwrap();
     assert_eq!(ended, "1");
+    let a = claim(&Plain, "prepared:1", "a:1", LEASE);
     let mut failures = 0;
     for _ in 0..3 {
         match link.acquire(&Plain, &a, None, LEASE).await {
@@ -1599,22 +1598,55 @@ async fn prepared_statements_are_prepared_once_per_connection() {
     let latch = format!("{}l-reopened", a.keys.latch_prefix);
     link.release(&Plain, &a, &latch, LEASE).await.unwrap();
     cycles(8, 3).await;
-    assert_eq!(prepared_on(&link, &calls).await.len(), 2);
+    let second = prepared_on(&link, &calls).await;
+    assert_eq!(second.len(), 2, "{second:?}");
+    assert!(
+        second.iter().all(|n| !first.contains(n)),
+        "{first:?} {second:?}"
+    );
 
     // The statements gone from the server connection, as behind a pooler that does not keep
-    // them: the call fails naming the setting, changing nothing; the next one prepares again.
-    store.prepare_statements(false);
-    link.query(|| "DEALLOCATE ALL".to_owned(), "DEALLOCATE ALL", &[])
+    // them: the call fails naming the setting and does not run; the next one prepares again.
+    link.session()
+        .await
+        .batch_execute("DEALLOCATE ALL")
         .await
         .unwrap();
-    store.prepare_statements(true);
-    let e = link.acquire(&Plain, &a, None, LEASE).await.unwrap_err();
+    let late = claim(&Plain, "prepared:1", "late:1", LEASE);
+    let e = link.acquire(&Plain, &late, None, LEASE).await.unwrap_err();
     let said = e.to_string();
     assert!(
         said.contains("postgres_prepared_statements") && said.contains("prepared:1"),
         "{said}"
     );
-    assert!(!link.exists(&Plain, &a.keys.key).await.unwrap());
+    assert_eq!(e.sqlstate(), Some("26000"), "{said}");
+    assert!(!link.exists(&Plain, &late.keys.key).await.unwrap());
     cycles(11, 2).await;
     assert_eq!(prepared_on(&link, &calls).await.len(), 2);
+}
+
+/// A statement prepared before what it reads changed ("cached plan must not change result
+/// type") is prepared again and sent once more.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_statement_made_stale_by_a_change_is_prepared_again() {
+    if !available("a_statement_made_stale_by_a_change_is_prepared_again") {
+        return;
+    }
+    let schema = fresh_schema("stale");
+    let store = store_at(&shared().url(), &schema).await;
+    store.prepare_statements(true);
+    let table = format!("\"{schema}\".changing");
+    shared()
+        .psql(&format!(
+            "CREATE TABLE {table} (a int); INSERT INTO {table} VALUES (1)"
+        ))
+        .unwrap();
+    let link = store.any_link();
+    let read = format!("SELECT * FROM {table}");
+    let what = || "reading the test's table".to_owned();
+    assert_eq!(link.query(what, &read, &[]).await.unwrap()[0].len(), 1);
+    shared()
+        .psql(&format!("ALTER TABLE {table} ADD COLUMN b int"))
+        .unwrap();
+    assert_eq!(link.query(what, &read, &[]).await.unwrap()[0].len(), 2);
 }
