@@ -49,7 +49,11 @@
 //! * **Poolers**: every lock operation is one statement, so the requests work through
 //!   PgBouncer in transaction mode; LISTEN does not, so give the server's own address with
 //!   [`LockClientBuilder::postgres_listen_url`](crate::LockClientBuilder::postgres_listen_url) there (without it, waiters wake at the holder's
-//!   lease end).
+//!   lease end). Calls go as their text by default;
+//!   [`LockClientBuilder::postgres_prepared_statements`](crate::LockClientBuilder::postgres_prepared_statements) prepares each once per
+//!   connection (a shorter cycle, below), only on a direct connection, a session-mode pool or
+//!   PgBouncer 1.21 or later with `max_prepared_statements` above 0: behind another
+//!   transaction-mode pooler a statement name may reach another client's statement.
 //! * **Schema**: [`LockClientBuilder::postgres_schema`](crate::LockClientBuilder::postgres_schema) (default `dlock`), created with its
 //!   tables and functions on first use, in one transaction, safely from many clients at once.
 //!   A role without CREATE gets an error naming the statement an owner must run once. A
@@ -147,11 +151,14 @@
 //!   acquire) costs 16 µs of the release's execution (39 µs with it, 23 without, both without
 //!   the sweep).
 //!
-//!   What the same run shows for later: the function's cycle itself was 0.10-0.20 ms (18-30 %)
-//!   cheaper sent as a named prepared statement than unnamed. Named statements need a direct
-//!   connection or a pooler that keeps them (PgBouncer 1.21 or later with
-//!   `max_prepared_statements`); an opt-in for them is the next lever on this store's cycle and
-//!   handoff, not built yet.
+//!   The same run showed the function's cycle 0.10-0.20 ms (18-30 %) cheaper sent as a named
+//!   prepared statement than unnamed: `postgres_prepared_statements` (off by default, see
+//!   Poolers) does that in the store. `perf/pg-peers` runs the plain lock both ways in every
+//!   round; 3 runs (`SELECT 1` 106-160 µs): the uncontended cycle 4.20-5.55 round trips
+//!   prepared against 4.94-7.03 as text (0.63-0.85 of it) and the peer's 5.75-6.96 (0.71-0.80
+//!   of it); the server's CPU per cycle 430-675 µs against 561-1,100 (the peer's 323-766); the
+//!   handoff 3.36-3.73 idle round trips against 3.95-4.05 (the peer's 1.49-1.61), its release
+//!   call 2.11-2.32 against 2.45-2.49.
 
 //! # ZooKeeper
 //!
