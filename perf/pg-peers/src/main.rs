@@ -185,17 +185,19 @@ async fn dlock_cycles(
     cpu.extend(per_call(before, server_cpu(admin).await, CYCLES));
 }
 
-/// dlock's plain handoff from `a` to a task of `b` parked on the lock, `HANDOFFS` times: the
-/// handoff into `out`, the holder's release call into `release_calls`.
+/// dlock's handoff of the lock `lock` names on a client (a plain or a fair one) from `a` to a
+/// task of `b` parked on it, `HANDOFFS` times: the handoff into `out`, the holder's release
+/// call into `release_calls`.
 async fn dlock_handoffs(
     a: &LockClient,
     b: &LockClient,
+    lock: fn(&LockClient) -> dlock::Lock,
     out: &mut Vec<Duration>,
     release_calls: &mut Vec<Duration>,
 ) {
     for _ in 0..HANDOFFS {
-        let g = a.lock("peers:handoff").acquire().await.expect("acquire");
-        let waiting = b.lock("peers:handoff").wait(Duration::from_secs(10));
+        let g = lock(a).acquire().await.expect("acquire");
+        let waiting = lock(b).wait(Duration::from_secs(10));
         let next = tokio::spawn(async move {
             let g = waiting.acquire().await.expect("next");
             let at = Instant::now();
@@ -288,29 +290,19 @@ async fn main() {
         }
         their_cpu.extend(per_call(before, server_cpu(&admin).await, CYCLES));
         // dlock: handoff between two clients, sent as text, then prepared.
-        dlock_handoffs(&a, &b, &mut our_handoffs, &mut release_calls).await;
+        let plain = |c: &LockClient| c.lock("peers:handoff");
+        dlock_handoffs(&a, &b, plain, &mut our_handoffs, &mut release_calls).await;
         dlock_handoffs(
             &pa,
             &pb,
+            plain,
             &mut prepared_handoffs,
             &mut prepared_release_calls,
         )
         .await;
         // dlock's fair lock: the release grants the parked waiter and NOTIFYs it.
-        for _ in 0..HANDOFFS {
-            let g = a.fair_lock("peers:fair").acquire().await.expect("acquire");
-            let waiting = b.fair_lock("peers:fair").wait(Duration::from_secs(10));
-            let next = tokio::spawn(async move {
-                let g = waiting.acquire().await.expect("next");
-                let at = Instant::now();
-                g.release().await.expect("release");
-                at
-            });
-            tokio::time::sleep(PARKED).await;
-            let released = Instant::now();
-            g.release().await.expect("release");
-            fair_handoffs.push(next.await.expect("task").duration_since(released));
-        }
+        let fair = |c: &LockClient| c.fair_lock("peers:fair");
+        dlock_handoffs(&a, &b, fair, &mut fair_handoffs, &mut Vec::new()).await;
         // distributed-lock: the same.
         for _ in 0..HANDOFFS {
             let h = provider
