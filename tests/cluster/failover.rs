@@ -600,9 +600,6 @@ async fn the_first_acquire_after_a_promotion_is_one_script_call() {
 /// is renewed there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promotion_past_a_frozen_master_does_not_hold_up_the_other_masters() {
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .try_init();
     let (cluster, _turn) = own_cluster().await;
     let holder = cluster_client(&cluster).await;
     let masters = cluster.masters().expect("cluster masters");
@@ -684,29 +681,15 @@ async fn a_promotion_past_a_frozen_master_does_not_hold_up_the_other_masters() {
     // and only a master takes writes; a hold last renewed before the freeze ends more than 2 s
     // sooner). Only where holds are renewed per node (Redis 7's cross-slot scripts): before
     // that, per slot through redis-rs, which still names the frozen node (the runtime docs).
-    let mut on_promoted = node_conn(&format!("redis://127.0.0.1:{}", promoted.port)).await;
-    let info: String = bounded(
-        STEP,
-        "INFO server",
-        dlock::redis::cmd("INFO")
-            .arg("server")
-            .query_async(&mut on_promoted),
-    )
-    .await
-    .expect("INFO server");
-    let major = info
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .and_then(|v| v.split('.').next()?.trim().parse::<u32>().ok())
-        .expect("redis_version in INFO server");
-    if major < 7 {
-        println!(
-            "skipped: failover::a_promotion_past_…: the renewal on the new master (Redis {major} \
-             renews per slot, through redis-rs); the cycles on the healthy master were checked"
+    let info = common::server_info();
+    if !info.has_cross_slot_scripts() {
+        common::skipped(
+            "the renewal on the new master (the cycles on the healthy master were checked)",
+            &format!("{info} renews per slot, through redis-rs"),
         );
-        drop(stopped);
         return;
     }
+    let mut on_promoted = node_conn(&format!("redis://127.0.0.1:{}", promoted.port)).await;
     let pttl: i64 = bounded(
         STEP,
         "PTTL of b on the new master",

@@ -363,40 +363,64 @@ async fn tokens_never_go_back() {
     drop(server);
 }
 
+/// A store of `connections` connections named for this test alone (`application_name`), so
+/// [`terminate`] ends only its sessions on the shared server; with its application name.
+async fn named_store(test: &str, connections: usize) -> (Arc<PgStore>, String) {
+    let app = format!("dlock_{test}_{:08x}", rand::random::<u32>());
+    let mut config: Config = shared().url().parse().unwrap();
+    config.application_name(&app);
+    let store = PgStore::connect(
+        config,
+        &fresh_schema(test),
+        connections,
+        TIMEOUT,
+        TIMEOUT,
+        &Handle::current(),
+    )
+    .await
+    .unwrap();
+    (store, app)
+}
+
+/// Ends every session of `app` on the shared server (pg_terminate_backend); how many it ended.
+fn terminate(app: &str) -> String {
+    shared()
+        .psql(&format!(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name = '{app}'"
+        ))
+        .unwrap()
+}
+
+/// `op` until it succeeds, at most 3 times: a connection the server ended fails the first call
+/// sent on it as a link error, and the next call opens a new one.
+async fn after_one_link_error<T>(
+    mut op: impl AsyncFnMut() -> Result<T, super::errors::PgError>,
+) -> T {
+    let mut failures = 0;
+    for _ in 0..3 {
+        match op().await {
+            Ok(v) => return v,
+            Err(e) => {
+                assert!(e.is_link_error(), "{e}");
+                failures += 1;
+                assert!(failures <= 1, "{failures} failures");
+            }
+        }
+    }
+    unreachable!("the second failure panicked")
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_terminated_connection_is_a_link_error_then_reopened() {
     if !available("a_terminated_connection_is_a_link_error_then_reopened") {
         return;
     }
-    // Named, so only this test's connections are ended on the shared server.
-    let app = format!("dlock_terminate_{:08x}", rand::random::<u32>());
-    let mut config: Config = shared().url().parse().unwrap();
-    config.application_name(&app);
-    let schema = fresh_schema("terminate");
-    let store = PgStore::connect(config, &schema, 2, TIMEOUT, TIMEOUT, &Handle::current())
-        .await
-        .unwrap();
+    let (store, app) = named_store("terminate", 2).await;
     let link = store.any_link();
     link.server_micros().await.unwrap();
-    let ended = shared()
-        .psql(&format!(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-             WHERE application_name = '{app}'"
-        ))
-        .unwrap();
-    assert_eq!(ended, "2");
-    // Bounded: the broken connection fails once, the next call opens a new one.
-    let mut failures = 0;
-    for _ in 0..3 {
-        match link.server_micros().await {
-            Ok(_) => break,
-            Err(e) => {
-                assert!(e.is_link_error(), "{e}");
-                failures += 1;
-            }
-        }
-    }
-    assert!(failures <= 1, "{failures} failures");
+    assert_eq!(terminate(&app), "2");
+    after_one_link_error(async || link.server_micros().await).await;
     assert!(link.server_micros().await.unwrap() > 0);
 }
 
@@ -1533,20 +1557,10 @@ async fn prepared_statements_are_prepared_once_per_connection() {
     if !available("prepared_statements_are_prepared_once_per_connection") {
         return;
     }
-    let app = format!("dlock_prepared_{:08x}", rand::random::<u32>());
-    let mut config: Config = shared().url().parse().unwrap();
-    config.application_name(&app);
-    let schema = fresh_schema("prepared");
-    let store = PgStore::connect(config, &schema, 1, TIMEOUT, TIMEOUT, &Handle::current())
-        .await
-        .unwrap();
-    let q = format!("\"{schema}\"");
-    let acquire_sql =
-        format!("SELECT held, detail FROM {q}.plain_acquire($1, $2, $3, $4, $5, $6, $7)");
-    let release_sql =
-        format!("SELECT remaining, listeners FROM {q}.plain_release($1, $2, $3, $4, $5, $6)");
-    let calls = [acquire_sql.as_str(), release_sql.as_str()];
+    let (store, app) = named_store("prepared", 1).await;
     let link = store.link_for(&claim(&Plain, "prepared:1", "x", LEASE).keys.key);
+    let sql = super::calls::Calls::new(link.schema());
+    let calls = [sql.plain_acquire.as_str(), sql.plain_release.as_str()];
     // Each cycle by an owner of its own: a released owner is done (its late requests refused).
     let cycles = |from: usize, n: usize| {
         let link = &link;
@@ -1576,25 +1590,9 @@ async fn prepared_statements_are_prepared_once_per_connection() {
     assert_eq!(prepared_on(&link, &calls).await, first);
 
     // A new connection has none: prepared again there (new names), once each.
-    let ended = shared()
-        .psql(&format!(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-             WHERE application_name = '{app}'"
-        ))
-        .unwrap();
-    assert_eq!(ended, "1");
+    assert_eq!(terminate(&app), "1");
     let a = claim(&Plain, "prepared:1", "a:1", LEASE);
-    let mut failures = 0;
-    for _ in 0..3 {
-        match link.acquire(&Plain, &a, None, LEASE).await {
-            Ok(_) => break,
-            Err(e) => {
-                assert!(e.is_link_error(), "{e}");
-                failures += 1;
-            }
-        }
-    }
-    assert!(failures <= 1, "{failures} failures");
+    after_one_link_error(async || link.acquire(&Plain, &a, None, LEASE).await).await;
     let latch = format!("{}l-reopened", a.keys.latch_prefix);
     link.release(&Plain, &a, &latch, LEASE).await.unwrap();
     cycles(8, 3).await;
